@@ -1,0 +1,157 @@
+// CPU implementation of dara::fused_advantage and dara::accumulate:
+// accumulate -> (optional all-reduced accumulators) -> finalize -> apply.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "../core/accumulators.h"
+#include "../core/finalize.h"
+#include "../core/options.h"
+#include "accumulate.h"
+#include "apply.h"
+#include "group_layout.h"
+#include "group_table.h"
+
+namespace dara {
+namespace {
+
+using OptTensor = std::optional<at::Tensor>;
+
+struct Problem {
+  Options options;
+  AccumulatorLayout L;
+  GroupLayout layout;
+  at::Tensor rewards;
+  at::Tensor base;
+  at::Tensor token_weights;  // undefined unless batch_norm is "token"
+};
+
+Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
+                     const at::Tensor& reward_weights, const OptTensor& response_mask,
+                     const OptTensor& response_lengths, at::ArrayRef<double> options) {
+  TORCH_CHECK(options.size() == kNumOptions, "dara: expected ", kNumOptions, " options, got ", options.size());
+  TORCH_CHECK(rewards.dim() == 2, "dara: rewards must be [N, K]");
+  TORCH_CHECK(rewards.device().is_cpu(), "dara: the CPU kernel needs CPU tensors");
+  const int64_t n = rewards.size(0), K = rewards.size(1);
+  TORCH_CHECK(K >= 1, "dara: rewards need at least one column");
+  TORCH_CHECK(reward_weights.numel() == K, "dara: reward_weights must have K elements");
+  Problem p{options_from_vector(options.data()), {}, {}, rewards.contiguous(),
+            reward_weights.to(at::kDouble).contiguous(), {}};
+  p.L = AccumulatorLayout{static_cast<int>(K), p.options.combined_column() ? 1 : static_cast<int>(K)};
+  if (group_index.has_value()) {
+    TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
+    at::Tensor ids = group_index->to(at::kLong).contiguous();
+    p.layout = GroupLayout::from_ids(ids.data_ptr<int64_t>(), n);
+  } else {
+    TORCH_CHECK(group_size >= 1 && n % group_size == 0, "dara: group_size must divide N");
+    p.layout = GroupLayout::contiguous(n, group_size);
+  }
+  if (p.options.batch_norm == kTokenNorm) {
+    if (response_mask.has_value()) {
+      TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
+      p.token_weights = response_mask->sum(1, /*keepdim=*/false, at::kDouble).contiguous();
+    } else {
+      TORCH_CHECK(response_lengths.has_value() && response_lengths->numel() == n,
+                  "dara: token batch normalisation needs response_mask or response_lengths");
+      p.token_weights = response_lengths->to(at::kDouble).contiguous();
+    }
+  }
+  return p;
+}
+
+AccumulateArgs accumulate_args(const Problem& p) {
+  return {p.L.K, &p.options, p.base.data_ptr<double>(),
+          p.token_weights.defined() ? p.token_weights.data_ptr<double>() : nullptr, &p.layout};
+}
+
+void run_accumulate(const Problem& p, GroupTable& table, at::Tensor& acc, at::Tensor& extrema) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.rewards.scalar_type(), "dara_accumulate", [&] {
+    accumulate(p.rewards.data_ptr<scalar_t>(), accumulate_args(p), table, p.L,
+               acc.data_ptr<double>(), extrema.data_ptr<double>());
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> accumulate_cpu(const at::Tensor& rewards, const OptTensor& group_index,
+                                                  int64_t group_size, const at::Tensor& reward_weights,
+                                                  const OptTensor& response_mask, const OptTensor& response_lengths,
+                                                  at::ArrayRef<double> options) {
+  Problem p = make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
+  GroupTable table(p.layout.num_groups(), p.L.K, p.options);
+  at::Tensor acc = at::empty({p.L.size()}, rewards.options().dtype(at::kDouble));
+  at::Tensor extrema = at::empty({p.L.extrema_size()}, rewards.options().dtype(at::kDouble));
+  run_accumulate(p, table, acc, extrema);
+  return {acc, extrema};
+}
+
+using AdvantageTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                                  at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+AdvantageTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
+                                   const at::Tensor& reward_weights, const OptTensor& response_mask,
+                                   const OptTensor& response_lengths, const OptTensor& reward_bounds,
+                                   const OptTensor& accumulators, const OptTensor& extrema,
+                                   at::ArrayRef<double> options) {
+  Problem p = make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
+  const int64_t n = rewards.size(0), K = p.L.K;
+  GroupTable table(p.layout.num_groups(), p.L.K, p.options);
+  at::Tensor acc = at::empty({p.L.size()}, rewards.options().dtype(at::kDouble));
+  at::Tensor ext = at::empty({p.L.extrema_size()}, rewards.options().dtype(at::kDouble));
+  run_accumulate(p, table, acc, ext);
+  if (accumulators.has_value()) {
+    TORCH_CHECK(accumulators->numel() == p.L.size(), "dara: accumulators must have ", p.L.size(), " elements");
+    acc = accumulators->to(at::kDouble).contiguous();
+  }
+  if (extrema.has_value()) {
+    TORCH_CHECK(extrema->numel() == p.L.extrema_size(), "dara: extrema must have ", p.L.extrema_size(), " elements");
+    ext = extrema->to(at::kDouble).contiguous();
+  }
+  at::Tensor bounds;
+  if (reward_bounds.has_value()) {
+    TORCH_CHECK(reward_bounds->numel() == 2 * K, "dara: reward_bounds must be [K, 2]");
+    bounds = reward_bounds->to(at::kDouble).contiguous();
+  }
+
+  auto f32 = rewards.options().dtype(at::kFloat);
+  auto i64 = rewards.options().dtype(at::kLong);
+  at::Tensor density = at::empty({K}, f32), weights = at::empty({K}, f32), energy = at::empty({K}, f32);
+  at::Tensor weighted_energy = at::empty({K}, f32), active = at::empty({K}, i64);
+  at::Tensor num_groups = at::empty({}, i64), batch_mean = at::empty({}, f32), batch_std = at::empty({}, f32);
+  std::vector<double> combine(p.L.C), shift_scale(2), scratch(2 * K);
+  FinalizeInputs fin{acc.data_ptr<double>(), ext.data_ptr<double>(), p.base.data_ptr<double>(),
+                     bounds.defined() ? bounds.data_ptr<double>() : nullptr};
+  FinalizeOutputs fout{density.data_ptr<float>(), weights.data_ptr<float>(), energy.data_ptr<float>(),
+                       weighted_energy.data_ptr<float>(), active.data_ptr<int64_t>(), num_groups.data_ptr<int64_t>(),
+                       batch_mean.data_ptr<float>(), batch_std.data_ptr<float>(), combine.data(), shift_scale.data()};
+  finalize(p.options, p.L, fin, fout, scratch.data());
+
+  at::Tensor advantages = at::empty({n}, f32);
+  at::Tensor keep = at::empty({n}, rewards.options().dtype(at::kBool));
+  at::Tensor query_scale = at::empty({n}, f32);
+  ApplyArgs args{p.L.K, p.L.C, &p.options, p.base.data_ptr<double>(), combine.data(),
+                 shift_scale[0], shift_scale[1], &p.layout};
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.rewards.scalar_type(), "dara_apply", [&] {
+    apply(p.rewards.data_ptr<scalar_t>(), args, table, advantages.data_ptr<float>(), keep.data_ptr<bool>(),
+          query_scale.data_ptr<float>());
+  });
+
+  at::Tensor token_advantages = at::empty({0}, f32);
+  if (response_mask.has_value()) {
+    token_advantages = at::empty({n, response_mask->size(1)}, f32);
+    at::mul_out(token_advantages, advantages.unsqueeze(1), *response_mask);
+  }
+  return {advantages, token_advantages, density, weights, energy, weighted_energy,
+          active, num_groups, batch_mean, batch_std, keep, query_scale};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(dara, CPU, m) {
+  m.impl("fused_advantage", &fused_advantage_cpu);
+  m.impl("accumulate", &accumulate_cpu);
+}
+
+}  // namespace dara

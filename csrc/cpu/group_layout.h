@@ -1,0 +1,28 @@
+// Which rows form each group: contiguous blocks of G rows, or a CSR built
+// from an arbitrary group_index (counting sort when ids are dense, a stable
+// sort otherwise). Groups are ordered by id; rows keep their input order.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace dara {
+
+class GroupLayout {
+ public:
+  static GroupLayout contiguous(int64_t num_rows, int64_t group_size);
+  static GroupLayout from_ids(const int64_t* ids, int64_t num_rows);
+
+  int64_t num_groups() const { return num_groups_; }
+  int64_t begin(int64_t g) const { return csr_ ? offsets_[g] : g * group_size_; }
+  int64_t end(int64_t g) const { return csr_ ? offsets_[g + 1] : (g + 1) * group_size_; }
+  int64_t row(int64_t position) const { return csr_ ? rows_[position] : position; }
+
+ private:
+  bool csr_ = false;
+  int64_t num_groups_ = 0;
+  int64_t group_size_ = 0;
+  std::vector<int64_t> offsets_;
+  std::vector<int64_t> rows_;
+};
+
+}  // namespace dara

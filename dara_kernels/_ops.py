@@ -1,0 +1,74 @@
+"""The compiled ops `torch.ops.dara.*`, their fake kernels for torch.compile,
+and thin callers that take PreparedInputs."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .options import AdvantageOptions
+from .output import AdvantageOutput, output_from_kernel
+from .validation import PreparedInputs
+
+try:
+    from . import _C  # noqa: F401  (registers torch.ops.dara.*)
+
+    EXTENSION_ERROR: Optional[str] = None
+except ImportError as err:
+    EXTENSION_ERROR = f"the compiled extension dara_kernels._C did not load ({err})"
+
+
+def extension_available() -> bool:
+    return EXTENSION_ERROR is None
+
+
+def cuda_kernels_compiled() -> bool:
+    return extension_available() and torch._C._dispatch_has_kernel_for_dispatch_key(
+        "dara::fused_advantage", "CUDA")
+
+
+def accumulator_sizes(num_rewards: int, combined_column: bool) -> tuple[int, int]:
+    """Mirrors csrc/core/accumulators.h: (accumulators, extrema)."""
+    c = 1 if combined_column else num_rewards
+    return 3 + 6 * num_rewards + 2 * c + 2 * c * c, 2 * num_rewards
+
+
+if extension_available():
+
+    @torch.library.register_fake("dara::fused_advantage")
+    def _fused_advantage_fake(rewards, group_index, group_size, reward_weights, response_mask,
+                              response_lengths, reward_bounds, accumulators, extrema, options):
+        n, k = rewards.shape
+        f32 = dict(dtype=torch.float32, device=rewards.device)
+        token = rewards.new_empty((n, response_mask.shape[1]) if response_mask is not None else (0,),
+                                  dtype=torch.float32)
+        return (
+            rewards.new_empty(n, **f32), token,
+            rewards.new_empty(k, **f32), rewards.new_empty(k, **f32),
+            rewards.new_empty(k, **f32), rewards.new_empty(k, **f32),
+            rewards.new_empty(k, dtype=torch.int64), rewards.new_empty((), dtype=torch.int64),
+            rewards.new_empty((), **f32), rewards.new_empty((), **f32),
+            rewards.new_empty(n, dtype=torch.bool), rewards.new_empty(n, **f32),
+        )
+
+    @torch.library.register_fake("dara::accumulate")
+    def _accumulate_fake(rewards, group_index, group_size, reward_weights, response_mask,
+                         response_lengths, options):
+        m, e = accumulator_sizes(rewards.shape[1], int(options[0]) == 0)
+        return (rewards.new_empty(m, dtype=torch.float64), rewards.new_empty(e, dtype=torch.float64))
+
+
+def _layout_args(inputs: PreparedInputs):
+    return (inputs.rewards, inputs.group_index, inputs.group_size, inputs.reward_weights,
+            inputs.response_mask, inputs.response_lengths)
+
+
+def kernel_accumulate(inputs: PreparedInputs, opts: AdvantageOptions):
+    return torch.ops.dara.accumulate(*_layout_args(inputs), opts.kernel_vector())
+
+
+def kernel_fused_advantage(inputs: PreparedInputs, opts: AdvantageOptions,
+                           accumulators=None, extrema=None) -> AdvantageOutput:
+    result = torch.ops.dara.fused_advantage(
+        *_layout_args(inputs), inputs.reward_bounds, accumulators, extrema, opts.kernel_vector())
+    return output_from_kernel(result, inputs.response_mask is not None)

@@ -1,0 +1,70 @@
+"""`fused_advantage`: the one public op."""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import torch
+
+from . import backends
+from .distributed import needs_extrema, reduce_accumulators
+from .options import resolve_options
+from .output import AdvantageOutput
+from .validation import prepare_inputs
+
+TensorLike = Union[torch.Tensor, Sequence[float]]
+
+
+def fused_advantage(
+    rewards: torch.Tensor,
+    group_size: Optional[int] = None,
+    *,
+    group_index: Optional[torch.Tensor] = None,
+    method: str = "dara",
+    preset: Optional[str] = None,
+    reward_weights: Optional[TensorLike] = None,
+    eps: Optional[float] = None,
+    unbiased: Optional[bool] = None,
+    scale_by_std: Optional[bool] = None,
+    batch_norm: Optional[str] = None,
+    bn_eps: Optional[float] = None,
+    response_mask: Optional[torch.Tensor] = None,
+    response_lengths: Optional[torch.Tensor] = None,
+    nan_policy: Optional[str] = None,
+    active_tol: Optional[float] = None,
+    alpha: Optional[float] = None,
+    density_floor: Optional[float] = None,
+    saw_delta: Optional[float] = None,
+    sa_gamma: Optional[float] = None,
+    reward_bounds: Optional[TensorLike] = None,
+    apply_query_scale: Optional[bool] = None,
+    singleton: Optional[str] = None,
+    backend: str = "auto",
+    validate: bool = True,
+    process_group=None,
+) -> AdvantageOutput:
+    """Multi-reward advantages as defined in docs/spec.md (the package contract).
+
+    rewards: [N, K] (or [N]) float tensor, one row per response, one column
+    per reward; NaN marks a reward that could not score a response. Give the
+    groups as `group_size` (contiguous blocks) or `group_index` (any ids).
+    Options left as None take the preset's value, then the method's default.
+    """
+    opts = resolve_options(
+        method, preset, eps=eps, unbiased=unbiased, scale_by_std=scale_by_std,
+        batch_norm=batch_norm, bn_eps=bn_eps, nan_policy=nan_policy, active_tol=active_tol,
+        alpha=alpha, density_floor=density_floor, saw_delta=saw_delta, sa_gamma=sa_gamma,
+        apply_query_scale=apply_query_scale, singleton=singleton)
+    inputs = prepare_inputs(
+        rewards, group_size=group_size, group_index=group_index, reward_weights=reward_weights,
+        response_mask=response_mask, response_lengths=response_lengths,
+        reward_bounds=reward_bounds, nan_policy=opts.nan_policy, batch_norm=opts.batch_norm,
+        validate=validate)
+    name = backends.choose_backend(backend, inputs.rewards.device)
+    run = backends.runner(name)
+    if process_group is None:
+        return run(inputs, opts)
+    accumulators, extrema = backends.accumulator(name)(inputs, opts)
+    accumulators, extrema = reduce_accumulators(
+        accumulators, extrema, process_group,
+        needs_extrema(opts, inputs.reward_bounds is not None))
+    return run(inputs, opts, accumulators=accumulators, extrema=extrema)

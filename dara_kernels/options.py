@@ -1,0 +1,122 @@
+"""Resolve method, preset and keyword options into one immutable option set.
+
+Precedence: an explicit keyword beats the preset, the preset beats the
+method's default. The resolved set is what every backend receives; its
+`kernel_vector()` is the `float[]` the compiled ops take, in the order of
+`csrc/core/options.h`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+METHODS = ("grpo", "gdpo", "static", "dara", "dvao", "saw", "sa_mrpo", "gd2po_hard")
+PRESETS = ("default", "trl", "verl")
+BATCH_NORMS = ("response", "token", "none")
+NAN_POLICIES = ("ignore", "zero", "raise")
+SINGLETON_RULES = ("zero", "verl")
+
+METHOD_CODE = {name: i for i, name in enumerate(METHODS)}
+BATCH_NORM_CODE = {"none": 0, "response": 1, "token": 2}
+
+_PRESET_VALUES: Mapping[str, Mapping[str, Any]] = {
+    "default": {},
+    "trl": {"eps": 1e-4, "bn_eps": 1e-4, "nan_policy": "ignore", "unbiased": True,
+            "batch_norm": "response"},
+    "verl": {"eps": 1e-6, "singleton": "verl", "batch_norm": "token", "bn_eps": 1e-8},
+}
+
+_DEFAULTS: Mapping[str, Any] = {
+    "eps": 1e-6, "unbiased": True, "scale_by_std": True, "bn_eps": 1e-6,
+    "nan_policy": "ignore", "active_tol": 1e-6, "alpha": 0.5, "density_floor": 0.0,
+    "saw_delta": 1e-3, "sa_gamma": 1.0, "apply_query_scale": True, "singleton": "zero",
+}
+
+
+def default_batch_norm(method: str) -> str:
+    """Table 5 of the paper: GRPO and DVAO are not batch-normalised."""
+    return "none" if method in ("grpo", "dvao") else "response"
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvantageOptions:
+    method: str
+    preset: str
+    eps: float
+    unbiased: bool
+    scale_by_std: bool
+    batch_norm: str
+    bn_eps: float
+    nan_policy: str
+    active_tol: float
+    alpha: float
+    density_floor: float
+    saw_delta: float
+    sa_gamma: float
+    apply_query_scale: bool
+    singleton: str
+
+    @property
+    def combined_columns(self) -> bool:
+        """GRPO normalises one summed column instead of K reward columns."""
+        return self.method == "grpo"
+
+    def kernel_vector(self) -> list[float]:
+        return [
+            float(METHOD_CODE[self.method]),
+            float(self.eps),
+            float(self.unbiased),
+            float(self.scale_by_std),
+            float(BATCH_NORM_CODE[self.batch_norm]),
+            float(self.bn_eps),
+            float(self.nan_policy == "zero"),
+            float(self.active_tol),
+            float(self.alpha),
+            float(self.density_floor),
+            float(self.saw_delta),
+            float(self.sa_gamma),
+            float(self.apply_query_scale),
+            float(self.singleton == "verl"),
+        ]
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name}={value!r} is not supported; expected one of {', '.join(allowed)}")
+    return value
+
+
+def _non_negative(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not value >= 0.0 or value == float("inf"):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    return value
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def resolve_options(method: str, preset: str | None, **given: Any) -> AdvantageOptions:
+    """Merge explicit keywords (None means 'not given') over preset and defaults."""
+    method = _choice("method", method, METHODS)
+    preset = _choice("preset", "default" if preset is None else preset, PRESETS)
+    merged = dict(_DEFAULTS)
+    merged["batch_norm"] = default_batch_norm(method)
+    merged.update(_PRESET_VALUES[preset])
+    merged.update({k: v for k, v in given.items() if v is not None})
+
+    for name in ("eps", "bn_eps", "active_tol", "alpha", "density_floor", "saw_delta", "sa_gamma"):
+        merged[name] = _non_negative(name, merged[name])
+    if merged["density_floor"] > 1.0:
+        raise ValueError(f"density_floor must be in [0, 1], got {merged['density_floor']}")
+    for name in ("unbiased", "scale_by_std", "apply_query_scale"):
+        merged[name] = _flag(name, merged[name])
+    merged["batch_norm"] = _choice("batch_norm", merged["batch_norm"], BATCH_NORMS)
+    merged["nan_policy"] = _choice("nan_policy", merged["nan_policy"], NAN_POLICIES)
+    merged["singleton"] = _choice("singleton", merged["singleton"], SINGLETON_RULES)
+    return AdvantageOptions(method=method, preset=preset, **merged)

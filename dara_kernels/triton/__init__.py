@@ -1,0 +1,36 @@
+"""Triton backend (accumulate / finalize / apply kernels)."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def triton_unavailable_reason(device: torch.device) -> Optional[str]:
+    try:
+        import triton  # noqa: F401
+    except ImportError as err:
+        return f'backend="triton" is unavailable: triton is not installed ({err})'
+    if device.type == "cuda":
+        return None
+    if device.type == "cpu" and _interpreting():
+        return None
+    return (f'backend="triton" needs CUDA tensors (or CPU tensors with TRITON_INTERPRET=1 set '
+            f"before triton is imported), got {device}")
+
+
+def triton_fused_advantage(inputs, opts, accumulators=None, extrema=None):
+    from .fused import fused_advantage_triton
+
+    return fused_advantage_triton(inputs, opts, accumulators, extrema)
+
+
+def triton_accumulate(inputs, opts):
+    from .fused import accumulate_triton
+
+    return accumulate_triton(inputs, opts)

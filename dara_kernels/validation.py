@@ -1,0 +1,145 @@
+"""Input checks for `fused_advantage` (spec section 1).
+
+Every failure names the argument and what was expected. Checks that read
+tensor values (NaN/Inf, negative lengths, group ids) synchronise with the
+device; `validate=False` skips them for CUDA-graph capture.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+import torch
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+@dataclass(frozen=True)
+class PreparedInputs:
+    rewards: torch.Tensor                     # [N, K], caller's dtype, contiguous
+    group_size: int                           # 0 when group_index is used
+    group_index: Optional[torch.Tensor]       # [N] int64 or None
+    reward_weights: torch.Tensor              # [K] float64
+    response_mask: Optional[torch.Tensor]     # [N, T] contiguous
+    response_lengths: Optional[torch.Tensor]  # [N] float64
+    reward_bounds: Optional[torch.Tensor]     # [K, 2] float64
+
+    @property
+    def num_rows(self) -> int:
+        return self.rewards.shape[0]
+
+    @property
+    def num_rewards(self) -> int:
+        return self.rewards.shape[1]
+
+
+def _check_tensor(name: str, value, device: torch.device) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if value.device != device:
+        raise ValueError(f"{name} is on {value.device} but rewards are on {device}; "
+                         "put every input on one device")
+    return value
+
+
+def _finite_or_raise(name: str, values: torch.Tensor) -> None:
+    if torch.isinf(values).any():
+        row = torch.nonzero(torch.isinf(values))[0].tolist()
+        raise ValueError(f"{name} contains +-Inf at index {tuple(row)}; rewards must be finite or NaN")
+
+
+def prepare_inputs(
+    rewards,
+    *,
+    group_size: Optional[int],
+    group_index,
+    reward_weights,
+    response_mask,
+    response_lengths,
+    reward_bounds,
+    nan_policy: str,
+    batch_norm: str,
+    validate: bool,
+) -> PreparedInputs:
+    if not isinstance(rewards, torch.Tensor):
+        raise TypeError(f"rewards must be a torch.Tensor, got {type(rewards).__name__}")
+    if rewards.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"rewards must be float32, float16, bfloat16 or float64, got {rewards.dtype}")
+    if rewards.dim() == 1:
+        rewards = rewards.unsqueeze(1)
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [N, K] or [N], got shape {tuple(rewards.shape)}")
+    n, k = rewards.shape
+    if k == 0:
+        raise ValueError("rewards must have at least one reward column (K >= 1)")
+    device = rewards.device
+    rewards = rewards.contiguous()
+
+    if (group_size is None) == (group_index is None):
+        raise ValueError("pass exactly one of group_size or group_index")
+    if group_size is not None:
+        if isinstance(group_size, bool) or not isinstance(group_size, int):
+            raise TypeError(f"group_size must be an int, got {type(group_size).__name__}")
+        if group_size < 1:
+            raise ValueError(f"group_size must be >= 1, got {group_size}")
+        if n % group_size:
+            raise ValueError(f"group_size={group_size} does not divide the number of rows N={n}")
+    else:
+        group_index = _check_tensor("group_index", group_index, device)
+        if group_index.dtype not in INDEX_DTYPES:
+            raise TypeError(f"group_index must be int32 or int64, got {group_index.dtype}")
+        if group_index.shape != (n,):
+            raise ValueError(f"group_index must have shape [N]=[{n}], got {tuple(group_index.shape)}")
+        group_index = group_index.to(torch.int64).contiguous()
+
+    if reward_weights is None:
+        weights = torch.ones(k, dtype=torch.float64, device=device)
+    else:
+        weights = torch.as_tensor(reward_weights, dtype=torch.float64, device=device)
+        if weights.shape != (k,):
+            raise ValueError(f"reward_weights must have shape [K]=[{k}], got {tuple(weights.shape)}")
+        if validate and not torch.isfinite(weights).all():
+            raise ValueError("reward_weights must be finite")
+    weights = weights.contiguous()
+
+    bounds = None
+    if reward_bounds is not None:
+        bounds = torch.as_tensor(reward_bounds, dtype=torch.float64, device=device)
+        if bounds.shape != (k, 2):
+            raise ValueError(f"reward_bounds must have shape [K, 2]=[{k}, 2] of (lo, hi), "
+                             f"got {tuple(bounds.shape)}")
+        if validate and (not torch.isfinite(bounds).all() or (bounds[:, 0] > bounds[:, 1]).any()):
+            raise ValueError("reward_bounds must be finite with lo <= hi in every row")
+        bounds = bounds.contiguous()
+
+    if response_mask is not None and response_lengths is not None:
+        raise ValueError("pass response_mask or response_lengths, not both "
+                         "(token weights are the mask's row sums)")
+    mask = None
+    if response_mask is not None:
+        mask = _check_tensor("response_mask", response_mask, device)
+        if mask.dim() != 2 or mask.shape[0] != n:
+            raise ValueError(f"response_mask must have shape [N, T] with N={n}, got {tuple(mask.shape)}")
+        if mask.is_complex():
+            raise TypeError(f"response_mask must be bool, integer or floating, got {mask.dtype}")
+        mask = mask.contiguous()
+    lengths = None
+    if response_lengths is not None:
+        lengths = _check_tensor("response_lengths", response_lengths, device)
+        if lengths.shape != (n,):
+            raise ValueError(f"response_lengths must have shape [N]=[{n}], got {tuple(lengths.shape)}")
+        if lengths.dtype == torch.bool or lengths.is_complex():
+            raise TypeError(f"response_lengths must be integer or floating, got {lengths.dtype}")
+        lengths = lengths.to(torch.float64).contiguous()
+        if validate and (lengths < 0).any():
+            raise ValueError(f"response_lengths must be >= 0; row {int(torch.nonzero(lengths < 0)[0])} is negative")
+    if batch_norm == "token" and mask is None and lengths is None:
+        raise ValueError('batch_norm="token" needs response_mask or response_lengths for token weights')
+
+    if validate and n:
+        _finite_or_raise("rewards", rewards)
+        if nan_policy == "raise" and torch.isnan(rewards).any():
+            row, col = torch.nonzero(torch.isnan(rewards))[0].tolist()
+            raise ValueError(f'rewards has NaN at row {row}, column {col} and nan_policy="raise"')
+    return PreparedInputs(rewards, group_size or 0, group_index, weights, mask, lengths, bounds)

@@ -1,0 +1,51 @@
+"""Builds dara_kernels._C: the CPU kernels always, the CUDA binding when the
+installed torch has CUDA and nvcc is present (or DARA_BUILD_CUDA=1 forces it).
+Set DARA_NO_EXTENSION=1 for a pure-Python install (reference backend only)."""
+import glob
+import os
+import sys
+
+from setuptools import setup
+
+
+def extensions():
+    if os.environ.get("DARA_NO_EXTENSION") == "1":
+        return [], {}
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError as err:
+        raise SystemExit(
+            "dara-kernels compiles against the torch you already have. Install torch first "
+            "(CPU: pip install torch==2.13.0), then: pip install --no-build-isolation .\n"
+            "For a pure-Python install (reference backend only) set DARA_NO_EXTENSION=1."
+        ) from err
+
+    sources = ["csrc/ops.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
+    cxx = ["-O3", "-std=c++17", "-fopenmp"]
+    if sys.platform == "darwin":
+        cxx.remove("-fopenmp")
+    flags = {"cxx": cxx}
+    build_cuda = os.environ.get("DARA_BUILD_CUDA")
+    use_cuda = (build_cuda == "1") or (
+        build_cuda is None and torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
+    )
+    if use_cuda:
+        sources += sorted(glob.glob("csrc/cuda/*.cu")) + sorted(glob.glob("csrc/cuda/*.cpp"))
+        flags["nvcc"] = ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]
+        flags["cxx"] = cxx + ["-DDARA_WITH_CUDA"]
+        ext = cpp_extension.CUDAExtension
+    else:
+        ext = cpp_extension.CppExtension
+    module = ext(
+        "dara_kernels._C",
+        sources,
+        extra_compile_args=flags,
+        extra_link_args=[] if sys.platform == "darwin" else ["-fopenmp"],
+        py_limited_api=False,
+    )
+    return [module], {"build_ext": cpp_extension.BuildExtension}
+
+
+ext_modules, cmdclass = extensions()
+setup(ext_modules=ext_modules, cmdclass=cmdclass)

@@ -22,7 +22,7 @@ def extensions():
         ) from err
 
     sources = ["csrc/ops.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
-    cxx = ["-O3", "-std=c++17", "-fopenmp"]
+    cxx = ["-O3", "-std=c++20", "-fopenmp"]
     if sys.platform == "darwin":
         cxx.remove("-fopenmp")
     flags = {"cxx": cxx}

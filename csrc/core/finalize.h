@@ -40,8 +40,10 @@ DARA_HD double raw_std(const AccumulatorLayout& L, const double* acc, int k) {
   double n = acc[L.raw_count(k)];
   if (n < 2.0) return 0.0;
   double mean = acc[L.raw_sum(k)] / n;
-  double ss = acc[L.raw_sum_sq(k)] - n * mean * mean;
-  return ss > 0.0 ? sqrt(ss / (n - 1.0)) : 0.0;
+  double sum_sq = acc[L.raw_sum_sq(k)];
+  double ss = sum_sq - n * mean * mean;
+  // Below this, ss is the rounding error of sum_sq (a constant reward), not spread.
+  return ss > 1e-12 * sum_sq ? sqrt(ss / (n - 1.0)) : 0.0;
 }
 
 DARA_HD double lower_bound(const AccumulatorLayout& L, const FinalizeInputs& in, int k) {

@@ -1,0 +1,40 @@
+"""The registered torch ops: opcheck (schema, fake kernel, dispatch) and torch.compile."""
+import pytest
+import torch
+
+import dara_kernels as dk
+from dara_kernels.options import resolve_options
+from cases import make_case
+
+pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
+
+
+def op_args(method, with_mask, layout="fixed"):
+    case = make_case(1, layout, 3, shape=(24, 4) if layout == "fixed" else (24,))
+    opts = resolve_options(method, None, batch_norm="token" if with_mask else None)
+    group_index = case.layout.get("group_index")
+    return (case.rewards, group_index, case.layout.get("group_size", 0), torch.ones(3, dtype=torch.float64),
+            case.mask if with_mask else None, None), opts.kernel_vector()
+
+
+@pytest.mark.parametrize("layout", ["fixed", "shuffled"])
+@pytest.mark.parametrize("with_mask", [False, True])
+@pytest.mark.parametrize("method", ["grpo", "dara", "dvao", "gd2po_hard"])
+def test_opcheck(method, with_mask, layout):
+    args, options = op_args(method, with_mask, layout)
+    torch.library.opcheck(torch.ops.dara.fused_advantage.default, (*args, None, None, None, options))
+    torch.library.opcheck(torch.ops.dara.accumulate.default, (*args, options))
+
+
+@pytest.mark.parametrize("method", ["gdpo", "dara", "grpo"])
+def test_compile_fullgraph_matches_eager(method):
+    case = make_case(2, "fixed", 3, shape=(64, 8))
+
+    def step(rewards, mask):
+        out = dk.fused_advantage(rewards, 8, method=method, response_mask=mask, batch_norm="token",
+                                 validate=False, backend="cpu")
+        return out.advantages * 2.0, out.token_advantages, out.weights
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for a, b in zip(compiled(case.rewards, case.mask), step(case.rewards, case.mask)):
+        torch.testing.assert_close(a, b)

@@ -19,3 +19,15 @@ def nan_filled_allocations():
     yield
     torch.use_deterministic_algorithms(previous[0])
     torch.utils.deterministic.fill_uninitialized_memory = previous[1]
+
+
+def pytest_configure(config):
+    """In CI the extension must be there: a missing build would otherwise skip
+    every kernel test and pass."""
+    if os.environ.get("DARA_REQUIRE_EXTENSION") == "1":
+        import dara_kernels
+
+        if not dara_kernels.extension_available():
+            from dara_kernels._ops import EXTENSION_ERROR
+
+            raise pytest.UsageError(f"DARA_REQUIRE_EXTENSION=1 but {EXTENSION_ERROR}")

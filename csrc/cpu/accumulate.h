@@ -1,9 +1,12 @@
 // Accumulate: one pass over the groups. Each group's rows are read while in
 // cache for its statistics (sections 2-3), then once more to add its rows to
-// the batch accumulators (AccumulatorLayout).
+// the batch accumulators (AccumulatorLayout). A chunk's sums live in local
+// arrays and reach the chunk's slot of the partials once.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "../core/accumulators.h"
@@ -12,6 +15,7 @@
 #include "chunks.h"
 #include "group_layout.h"
 #include "group_table.h"
+#include "reward_count.h"
 #include "row_signal.h"
 
 namespace dara {
@@ -24,113 +28,316 @@ struct AccumulateArgs {
   const GroupLayout* layout;
 };
 
-template <typename scalar_t>
-void group_statistics(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, GroupTable& table,
-                      const AccumulatorLayout& L, double* acc, double* extrema, double* scratch) {
-  const int K = a.K;
+template <int KT>
+struct ChunkSums {
+  static constexpr int N = local_size<KT>();
+  double active[N] = {}, energy[N] = {}, count[N] = {}, sum[N] = {}, sum_sq[N] = {}, group_weight[N] = {};
+  double signal[N] = {}, token_signal[N] = {};
+  double cross[N * N] = {}, token_cross[N * N] = {};
+  double lo[N], hi[N];
+  double groups = 0.0, rows = 0.0, token_total = 0.0;
+
+  ChunkSums() {
+    for (int k = 0; k < N; ++k) lo[k] = hi[k] = -std::numeric_limits<double>::infinity();
+  }
+
+  void store(const AccumulatorLayout& L, double* acc, double* extrema) const {
+    const int K = L.K, C = L.C;
+    acc[L.groups()] = groups;
+    acc[L.rows()] = rows;
+    acc[L.token_total()] = token_total;
+    for (int k = 0; k < K; ++k) {
+      acc[L.active(k)] = active[k];
+      acc[L.energy(k)] = energy[k];
+      acc[L.raw_count(k)] = count[k];
+      acc[L.raw_sum(k)] = sum[k];
+      acc[L.raw_sum_sq(k)] = sum_sq[k];
+      acc[L.group_weight(k)] = group_weight[k];
+      extrema[L.max_reward(k)] = hi[k];
+      extrema[L.max_negated_reward(k)] = lo[k];
+    }
+    for (int c = 0; c < C; ++c) {
+      acc[L.signal(c)] = signal[c];
+      acc[L.token_signal(c)] = token_signal[c];
+      for (int d = 0; d < C; ++d) {
+        const int i = c <= d ? c * C + d : d * C + c;  // only the upper triangle is summed
+        acc[L.cross(c, d)] = cross[i];
+        acc[L.token_cross(c, d)] = token_cross[i];
+      }
+    }
+  }
+};
+
+
+// Per-group bookkeeping shared by both paths once dev (sum of squared
+// deviations) is known: writes mean/scale (and DVAO weights) to the table.
+template <int KT>
+void finish_group(const AccumulateArgs& a, int64_t g, const double* count, const double* sum, double* dev,
+                  GroupTable& table, ChunkSums<KT>& sums) {
+  const int K = KT > 0 ? KT : a.K;
   const Options& o = *a.options;
-  const GroupLayout& layout = *a.layout;
-  double* count = scratch;
-  double* sum = scratch + K;
-  double* dev = scratch + 2 * K;
-  for (int k = 0; k < 3 * K; ++k) scratch[k] = 0.0;
-  double sum_count = 0.0, sum_total = 0.0, sum_dev = 0.0;
-
-  for (int64_t p = layout.begin(g); p < layout.end(g); ++p) {
-    const scalar_t* row = rewards + layout.row(p) * K;
-    double rsum = 0.0;
-    bool scorable = false;
-    for (int k = 0; k < K; ++k) {
-      double r = clean_reward(static_cast<double>(row[k]), o);
-      if (r != r) continue;
-      count[k] += 1.0;
-      sum[k] += r;
-      acc[L.raw_sum_sq(k)] += r * r;
-      extrema[L.max_reward(k)] = std::fmax(extrema[L.max_reward(k)], r);
-      extrema[L.max_negated_reward(k)] = std::fmax(extrema[L.max_negated_reward(k)], -r);
-      rsum += a.base[k] * r;
-      scorable = true;
-    }
-    if (scorable) {
-      sum_count += 1.0;
-      sum_total += rsum;
-    }
-  }
   double* mean = table.mean.data() + g * K;
-  for (int k = 0; k < K; ++k) mean[k] = count[k] > 0.0 ? sum[k] / count[k] : 0.0;
-  const double sum_mean = sum_count > 0.0 ? sum_total / sum_count : 0.0;
-
-  for (int64_t p = layout.begin(g); p < layout.end(g); ++p) {
-    const scalar_t* row = rewards + layout.row(p) * K;
-    double rsum = 0.0;
-    bool scorable = false;
-    for (int k = 0; k < K; ++k) {
-      double r = clean_reward(static_cast<double>(row[k]), o);
-      if (r != r) continue;
-      dev[k] += (r - mean[k]) * (r - mean[k]);
-      rsum += a.base[k] * r;
-      scorable = true;
-    }
-    if (scorable) sum_dev += (rsum - sum_mean) * (rsum - sum_mean);
-  }
-
   double* scale = table.scale.data() + g * K;
   double weight_total = 0.0;
   for (int k = 0; k < K; ++k) {
-    ColumnStats s = finish_column(count[k], mean[k], dev[k], o);
+    const ColumnStats s = finish_column(count[k], mean[k], dev[k], o);
     mean[k] = s.mean;
     scale[k] = s.scale;
     dev[k] = a.base[k] * s.std;  // reused: DVAO's unnormalised group weight
     weight_total += dev[k];
-    acc[L.active(k)] += s.active ? 1.0 : 0.0;
-    acc[L.raw_count(k)] += count[k];
-    acc[L.raw_sum(k)] += sum[k];
+    sums.active[k] += s.active ? 1.0 : 0.0;
+    sums.count[k] += count[k];
+    sums.sum[k] += sum[k];
   }
   if (o.group_weighted()) {
     double* weight = table.weight.data() + g * K;
     for (int k = 0; k < K; ++k) {
       weight[k] = weight_total != 0.0 ? dev[k] / weight_total : 0.0;
-      acc[L.group_weight(k)] += weight[k];
+      sums.group_weight[k] += weight[k];
     }
   }
-  if (o.combined_column()) {
-    ColumnStats s = finish_column(sum_count, sum_mean, sum_dev, o);
-    table.sum_mean[g] = s.mean;
-    table.sum_scale[g] = s.scale;
-  }
-  acc[L.groups()] += 1.0;
+  sums.groups += 1.0;
 }
 
-template <typename scalar_t>
-void group_contributions(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, GroupTable& table,
-                         const AccumulatorLayout& L, double* acc, double* scratch) {
-  const int K = a.K, C = L.C;
+constexpr int kRowBlock = 64;
+
+inline double block_sum(const double* x, int m) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < m; ++i) s += x[i];
+  return s;
+}
+
+inline double block_dot(const double* x, const double* y, int m) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < m; ++i) s += x[i] * y[i];
+  return s;
+}
+
+inline double block_dot3(const double* x, const double* y, const double* z, int m) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < m; ++i) s += x[i] * y[i] * z[i];
+  return s;
+}
+
+// SAW and SA-MRPO only: the batch's sum of squares, min and max per reward.
+template <int KT, typename scalar_t>
+void raw_extremes(const scalar_t* rewards, const AccumulateArgs& a, int64_t begin, int64_t end,
+                  ChunkSums<KT>& sums) {
+  const int K = KT > 0 ? KT : a.K;
+  for (int64_t p = begin; p < end; ++p) {
+    const scalar_t* row = rewards + a.layout->row(p) * K;
+    for (int k = 0; k < K; ++k) {
+      const double r = static_cast<double>(row[k]);
+      sums.sum_sq[k] += r * r;
+      sums.hi[k] = std::fmax(sums.hi[k], r);
+      sums.lo[k] = std::fmax(sums.lo[k], -r);
+    }
+  }
+}
+
+// Every entry valid and every row kept (the common case): the row sums of
+// a_c and a_c a_d are the group's deviation sums and covariance scaled by
+// the columns' scales, so one pass over the rows suffices.
+template <int KT, typename scalar_t>
+void complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, int64_t begin, int64_t end,
+                    const double* sum, GroupTable& table, ChunkSums<KT>& sums) {
+  constexpr int N = local_size<KT>();
+  const int K = KT > 0 ? KT : a.K;
+  const Options& o = *a.options;
   const GroupLayout& layout = *a.layout;
-  double* reward_a = scratch;
-  double* column_a = scratch + K;
-  const GroupRef group = table.ref(g);
-  double kept = 0.0;
-  for (int64_t p = layout.begin(g); p < layout.end(g); ++p) {
-    const int64_t j = layout.row(p);
-    RowSignal rs = row_signal(rewards + j * K, K, *a.options, a.base, group, reward_a, column_a);
-    for (int k = 0; k < K; ++k) acc[L.energy(k)] += reward_a[k] * reward_a[k];
-    if (!rs.keep) continue;
-    kept += 1.0;
-    if (!rs.scorable) continue;
-    const double w = a.token_weights ? a.token_weights[j] : 0.0;
-    acc[L.rows()] += 1.0;
-    acc[L.token_total()] += w;
-    for (int c = 0; c < C; ++c) {
-      acc[L.signal(c)] += column_a[c];
-      acc[L.token_signal(c)] += w * column_a[c];
-      for (int d = 0; d < C; ++d) {
-        const double cd = column_a[c] * column_a[d];
-        acc[L.cross(c, d)] += cd;
-        acc[L.token_cross(c, d)] += w * cd;
+  const bool combined = o.combined_column();
+  const double n = static_cast<double>(end - begin);
+  double* mean = table.mean.data() + g * K;
+  double count[N];
+  double sum_mean = 0.0;
+  for (int k = 0; k < K; ++k) {
+    count[k] = n;
+    mean[k] = sum[k] / n;
+    sum_mean += a.base[k] * mean[k];
+  }
+  if (o.method == kSaw || o.method == kSaMrpo) raw_extremes<KT>(rewards, a, begin, end, sums);
+  double dsum[N] = {}, cov[N * N] = {}, tsum[N] = {}, tcov[N * N] = {}, dev[N];
+  double token_total = 0.0, rsum_dev = 0.0, rsum_sum = 0.0, rsum_tsum = 0.0, rsum_tdev = 0.0;
+  // Deviations go column-major through a block buffer so that every moment
+  // below is a vectorised dot product over rows (fixed order: deterministic).
+  alignas(64) double d[N][kRowBlock];
+  alignas(64) double w[kRowBlock];
+  alignas(64) double dr[kRowBlock];
+  for (int64_t b0 = begin; b0 < end; b0 += kRowBlock) {
+    const int m = static_cast<int>(std::min<int64_t>(kRowBlock, end - b0));
+    for (int i = 0; i < m; ++i) {
+      const int64_t j = layout.row(b0 + i);
+      const scalar_t* row = rewards + j * K;
+      for (int k = 0; k < K; ++k) d[k][i] = static_cast<double>(row[k]) - mean[k];
+      w[i] = a.token_weights ? a.token_weights[j] : 0.0;
+    }
+    token_total += block_sum(w, m);
+    if (combined) {
+      for (int i = 0; i < m; ++i) {
+        double x = 0.0;
+        for (int k = 0; k < K; ++k) x += a.base[k] * d[k][i];
+        dr[i] = x;
+      }
+      for (int k = 0; k < K; ++k) cov[k * N + k] += block_dot(d[k], d[k], m);
+      rsum_sum += block_sum(dr, m);
+      rsum_dev += block_dot(dr, dr, m);
+      if (a.token_weights) {
+        rsum_tsum += block_dot(w, dr, m);
+        rsum_tdev += block_dot3(w, dr, dr, m);
+      }
+      continue;
+    }
+    for (int c = 0; c < K; ++c) {
+      dsum[c] += block_sum(d[c], m);
+      for (int e = c; e < K; ++e) cov[c * N + e] += block_dot(d[c], d[e], m);
+    }
+    if (a.token_weights) {
+      for (int c = 0; c < K; ++c) {
+        tsum[c] += block_dot(w, d[c], m);
+        for (int e = c; e < K; ++e) tcov[c * N + e] += block_dot3(w, d[c], d[e], m);
       }
     }
   }
-  table.kappa[g] = kept / static_cast<double>(layout.end(g) - layout.begin(g));
+  for (int k = 0; k < K; ++k) dev[k] = cov[k * N + k];
+  finish_group<KT>(a, g, count, sum, dev, table, sums);
+  const double* scale = table.scale.data() + g * K;
+  for (int k = 0; k < K; ++k) sums.energy[k] += scale[k] * scale[k] * cov[k * N + k];
+  sums.rows += n;
+  sums.token_total += token_total;
+  table.kappa[g] = 1.0;
+  if (combined) {
+    const ColumnStats s = finish_column(n, sum_mean, rsum_dev, o);
+    table.sum_mean[g] = s.mean;
+    table.sum_scale[g] = s.scale;
+    sums.signal[0] += s.scale * rsum_sum;
+    sums.cross[0] += s.scale * s.scale * rsum_dev;
+    sums.token_signal[0] += s.scale * rsum_tsum;
+    sums.token_cross[0] += s.scale * s.scale * rsum_tdev;
+    return;
+  }
+  double col[N];
+  for (int k = 0; k < K; ++k) col[k] = scale[k] * (o.group_weighted() ? table.weight[g * K + k] : 1.0);
+  for (int c = 0; c < K; ++c) {
+    sums.signal[c] += col[c] * dsum[c];
+    sums.token_signal[c] += col[c] * tsum[c];
+    for (int e = c; e < K; ++e) {
+      sums.cross[c * K + e] += col[c] * col[e] * cov[c * N + e];
+      sums.token_cross[c * K + e] += col[c] * col[e] * tcov[c * N + e];
+    }
+  }
+}
+
+// Missing entries, unscorable rows or GD2PO's dropped rows: a second pass for
+// the deviations, then a row pass through row_signal.
+template <int KT, typename scalar_t>
+void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, int64_t begin, int64_t end,
+                   GroupTable& table, ChunkSums<KT>& sums) {
+  constexpr int N = local_size<KT>();
+  const int K = KT > 0 ? KT : a.K;
+  const Options& o = *a.options;
+  const GroupLayout& layout = *a.layout;
+  const bool raw_stats = o.method == kSaw || o.method == kSaMrpo;
+  double count[N] = {}, sum[N] = {};
+  double sum_count = 0.0, sum_total = 0.0;
+  for (int64_t p = begin; p < end; ++p) {
+    const scalar_t* row = rewards + layout.row(p) * K;
+    double rsum = 0.0;
+    bool scorable = false;
+    for (int k = 0; k < K; ++k) {
+      const double r = clean_reward(static_cast<double>(row[k]), o);
+      const bool valid = r == r;
+      count[k] += valid ? 1.0 : 0.0;
+      sum[k] += valid ? r : 0.0;
+      rsum += valid ? a.base[k] * r : 0.0;
+      scorable |= valid;
+      if (raw_stats && valid) {
+        sums.sum_sq[k] += r * r;
+        sums.hi[k] = std::fmax(sums.hi[k], r);
+        sums.lo[k] = std::fmax(sums.lo[k], -r);
+      }
+    }
+    sum_count += scorable ? 1.0 : 0.0;
+    sum_total += scorable ? rsum : 0.0;
+  }
+  double* mean = table.mean.data() + g * K;
+  for (int k = 0; k < K; ++k) mean[k] = count[k] > 0.0 ? sum[k] / count[k] : 0.0;
+  const double sum_mean = sum_count > 0.0 ? sum_total / sum_count : 0.0;
+  double dev[N] = {};
+  double sum_dev = 0.0;
+  for (int64_t p = begin; p < end; ++p) {
+    const scalar_t* row = rewards + layout.row(p) * K;
+    double rsum = 0.0;
+    bool scorable = false;
+    for (int k = 0; k < K; ++k) {
+      const double r = clean_reward(static_cast<double>(row[k]), o);
+      const bool valid = r == r;
+      const double d = valid ? r - mean[k] : 0.0;
+      dev[k] += d * d;
+      rsum += valid ? a.base[k] * r : 0.0;
+      scorable |= valid;
+    }
+    if (o.combined_column() && scorable) sum_dev += (rsum - sum_mean) * (rsum - sum_mean);
+  }
+  finish_group<KT>(a, g, count, sum, dev, table, sums);
+  if (o.combined_column()) {
+    const ColumnStats s = finish_column(sum_count, sum_mean, sum_dev, o);
+    table.sum_mean[g] = s.mean;
+    table.sum_scale[g] = s.scale;
+  }
+
+  const int C = o.combined_column() ? 1 : K;
+  const GroupRef group = table.ref(g);
+  double reward_a[N], column_a[N];
+  double kept = 0.0;
+  for (int64_t p = begin; p < end; ++p) {
+    const int64_t j = layout.row(p);
+    const RowSignal rs = row_signal<KT>(rewards + j * K, K, o, a.base, group, reward_a, column_a);
+    for (int k = 0; k < K; ++k) sums.energy[k] += reward_a[k] * reward_a[k];
+    kept += rs.keep ? 1.0 : 0.0;
+    if (!(rs.keep && rs.scorable)) continue;
+    sums.rows += 1.0;
+    for (int c = 0; c < C; ++c) {
+      sums.signal[c] += column_a[c];
+      for (int e = c; e < C; ++e) sums.cross[c * C + e] += column_a[c] * column_a[e];
+    }
+    if (a.token_weights) {
+      const double w = a.token_weights[j];
+      sums.token_total += w;
+      for (int c = 0; c < C; ++c) {
+        sums.token_signal[c] += w * column_a[c];
+        for (int e = c; e < C; ++e) sums.token_cross[c * C + e] += w * column_a[c] * column_a[e];
+      }
+    }
+  }
+  table.kappa[g] = kept / static_cast<double>(end - begin);
+}
+
+template <int KT, typename scalar_t>
+void accumulate_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, GroupTable& table,
+                      ChunkSums<KT>& sums) {
+  constexpr int N = local_size<KT>();
+  const int K = KT > 0 ? KT : a.K;
+  const Options& o = *a.options;
+  const GroupLayout& layout = *a.layout;
+  const int64_t begin = layout.begin(g), end = layout.end(g);
+  const double n = static_cast<double>(end - begin);
+  // Plain column sums: a NaN entry turns its column's sum into NaN, which is
+  // how a group with missing entries is found without a test per element.
+  double sum[N] = {};
+  for (int64_t p = begin; p < end; ++p) {
+    const scalar_t* row = rewards + layout.row(p) * K;
+    for (int k = 0; k < K; ++k) sum[k] += static_cast<double>(row[k]);
+  }
+  bool complete = !o.drops_conflicts() && (n >= 2.0 || !o.singleton_verl);
+  for (int k = 0; k < K; ++k) complete &= sum[k] == sum[k];
+  if (complete) {
+    complete_group<KT>(rewards, a, g, begin, end, sum, table, sums);
+  } else {
+    partial_group<KT>(rewards, a, g, begin, end, table, sums);
+  }
 }
 
 // Fills `table` and writes the batch accumulators into acc / extrema.
@@ -140,19 +347,17 @@ void accumulate(const scalar_t* rewards, const AccumulateArgs& a, GroupTable& ta
   const int64_t groups = a.layout->num_groups();
   const int64_t chunks = num_chunks(groups);
   const int M = L.size(), E = L.extrema_size();
-  const double lowest = -std::numeric_limits<double>::infinity();
-  std::vector<double> partial(chunks * M, 0.0), partial_extrema(chunks * E, lowest);
-  for_each_chunk(groups, [&](int64_t c, int64_t g0, int64_t g1) {
-    std::vector<double> scratch(3 * a.K + L.C);
-    double* acc_c = partial.data() + c * M;
-    double* ext_c = partial_extrema.data() + c * E;
-    for (int64_t g = g0; g < g1; ++g) {
-      group_statistics(rewards, a, g, table, L, acc_c, ext_c, scratch.data());
-      group_contributions(rewards, a, g, table, L, acc_c, scratch.data());
-    }
+  std::vector<double> partial(chunks * M), partial_extrema(chunks * E);
+  dispatch_reward_count(a.K, [&](auto kt) {
+    constexpr int KT = decltype(kt)::value;
+    for_each_chunk(groups, [&](int64_t c, int64_t g0, int64_t g1) {
+      auto sums = std::make_unique<ChunkSums<KT>>();
+      for (int64_t g = g0; g < g1; ++g) accumulate_group<KT>(rewards, a, g, table, *sums);
+      sums->store(L, partial.data() + c * M, partial_extrema.data() + c * E);
+    });
   });
   for (int i = 0; i < M; ++i) acc[i] = 0.0;
-  for (int i = 0; i < E; ++i) extrema[i] = lowest;
+  for (int i = 0; i < E; ++i) extrema[i] = -std::numeric_limits<double>::infinity();
   for (int64_t c = 0; c < chunks; ++c) {
     for (int i = 0; i < M; ++i) acc[i] += partial[c * M + i];
     for (int i = 0; i < E; ++i) extrema[i] = std::fmax(extrema[i], partial_extrema[c * E + i]);

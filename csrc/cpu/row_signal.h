@@ -13,9 +13,10 @@ struct RowSignal {
   bool keep;
 };
 
-template <typename scalar_t>
+template <int KT, typename scalar_t>
 inline RowSignal row_signal(const scalar_t* row, int K, const Options& o, const double* base,
                             const GroupRef& group, double* reward_a, double* column_a) {
+  if constexpr (KT > 0) K = KT;
   bool scorable = false, positive = false, negative = false;
   double rsum = 0.0;
   for (int k = 0; k < K; ++k) {
@@ -26,7 +27,7 @@ inline RowSignal row_signal(const scalar_t* row, int K, const Options& o, const 
     scorable |= valid;
     positive |= a > 0.0;
     negative |= a < 0.0;
-    if (valid) rsum += base[k] * r;
+    rsum += valid ? base[k] * r : 0.0;
   }
   if (o.combined_column()) {
     column_a[0] = scorable ? (rsum - group.sum_mean) * group.sum_scale : 0.0;

@@ -76,13 +76,14 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def measure(fn, device: str, budget_s: float, max_repeats: int) -> float:
+def measure(fn, device: str, budget_s: float, max_repeats: int, warmup: bool = True) -> float:
     """Median seconds per call over repeats that fit the budget (after one warm-up)."""
-    fn()
-    synchronize(device)
+    if warmup:
+        fn()
+        synchronize(device)
     times = []
     start = time.perf_counter()
-    while len(times) < max_repeats and (len(times) < 3 or time.perf_counter() - start < budget_s):
+    while len(times) < max_repeats and (len(times) < min(3, max_repeats) or time.perf_counter() - start < budget_s):
         t0 = time.perf_counter()
         fn()
         synchronize(device)
@@ -104,6 +105,11 @@ def floor_bytes(cfg: Config, reward_bytes: int = 4) -> int:
     return cfg.n * cfg.k * reward_bytes + index + cfg.n * (4 + 1 + 4)
 
 
+def on_n_sweep(cfg: Config) -> bool:
+    """The slow baselines (torch.compile, the verl-style loop) run on this line only."""
+    return (cfg.k, cfg.g, cfg.method, cfg.layout) == (4, 16, "dara", "fixed")
+
+
 def implementations(cfg: Config, device: str, args, rewards, layout, uids):
     impls = {}
     for backend in args.backends:
@@ -111,7 +117,7 @@ def implementations(cfg: Config, device: str, args, rewards, layout, uids):
             impls[backend] = lambda b=backend: dk.fused_advantage(rewards, method=cfg.method, backend=b, **layout)
     if cfg.n <= args.max_reference_n:
         impls["reference"] = lambda: dk.fused_advantage(rewards, method=cfg.method, backend="reference", **layout)
-    if args.compile_baseline and cfg.n <= args.max_reference_n:
+    if args.compile_baseline and cfg.n <= args.max_reference_n and (on_n_sweep(cfg) or args.quick):
         opts = resolve_options(cfg.method, None)
         inputs = prepare_inputs(rewards, group_index=layout.get("group_index"), group_size=layout.get("group_size"),
                                 reward_weights=None, response_mask=None, response_lengths=None,
@@ -122,7 +128,7 @@ def implementations(cfg: Config, device: str, args, rewards, layout, uids):
     weights = torch.ones(cfg.k, device=rewards.device)
     if cfg.layout == "fixed" and cfg.method == "gdpo" or (cfg.layout == "fixed" and args.all_baselines):
         impls["trl-style"] = lambda: trl_style_gdpo(rewards, cfg.g, weights)
-    if cfg.n <= args.max_verl_n:
+    if cfg.n <= args.max_verl_n and (on_n_sweep(cfg) or args.quick):
         mask = torch.ones(cfg.n, 1, device=rewards.device)
         impls["verl-style"] = lambda: verl_style_gdpo(rewards.cpu(), uids, weights.cpu(), mask.cpu())
     return impls
@@ -216,20 +222,24 @@ def main(argv=None) -> None:
     info = machine_info(args.device)
     print("machine:", json.dumps(info))
     bandwidth = copy_bandwidth(args.device)
-    print(f"copy bandwidth: {bandwidth / 1e9:.1f} GB/s (read + write)")
+    print(f"copy bandwidth: {bandwidth / 1e9:.1f} GB/s (read + write)", flush=True)
     rows = []
     configs = sweep(args.device, args.quick)
     for i, cfg in enumerate(configs, 1):
+        print(f"[{i}/{len(configs)}] {cfg}", flush=True)
         rewards, layout, uids = make_batch(cfg, args.device)
         impls = implementations(cfg, args.device, args, rewards, layout, uids)
         seconds = {}
         for name, fn in impls.items():
             heavy = name in ("verl-style", "reference+compile") or (name == "reference" and cfg.n > 1 << 20)
-            seconds[name] = measure(fn, args.device, args.budget, 3 if heavy else args.max_repeats)
+            slow_loop = name == "verl-style" and cfg.n > 100_000
+            print(f"  timing {name} ...", end="", flush=True)
+            seconds[name] = measure(fn, args.device, args.budget, 1 if slow_loop else 3 if heavy else args.max_repeats,
+                                    warmup=not slow_loop)
+            print(f" {seconds[name] * 1e3:.3f} ms", flush=True)
         row = {**asdict(cfg), "seconds": seconds, "floor_seconds": floor_bytes(cfg) / bandwidth}
         rows.append(row)
-        print(f"[{i}/{len(configs)}] {cfg}: " + ", ".join(f"{k}={v * 1e3:.3f}ms" for k, v in seconds.items()),
-              flush=True)
+
     print()
     print(format_table(rows, args.backends))
     if args.json:

@@ -1,0 +1,147 @@
+"""Accumulate stage: each program walks groups pid, pid + P, ... and writes
+its partial batch accumulators (AccumulatorLayout order) and extremes; the
+per-group table (means, scales, DVAO weights, GRPO column, kappa) is left
+for apply. Partials are summed in program order: deterministic."""
+import triton
+import triton.language as tl
+
+from .common import finish_column, group_bounds, load_tile, row_columns
+
+
+@triton.jit
+def accumulate_kernel(
+    rewards_ptr, rows_ptr, offsets_ptr, num_groups_ptr, base_ptr, token_ptr,
+    mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, partial_ptr, extrema_ptr,
+    K, group_size, M, eps, active_tol,
+    HAS_INDEX: tl.constexpr, HAS_TOKEN: tl.constexpr, COMBINED: tl.constexpr,
+    GROUP_WEIGHTED: tl.constexpr, DROPS: tl.constexpr, RAW: tl.constexpr, NAN_TO_ZERO: tl.constexpr,
+    UNBIASED: tl.constexpr, SCALE_BY_STD: tl.constexpr, SINGLETON_VERL: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    num_groups = tl.load(num_groups_ptr)
+    kk = tl.arange(0, BLOCK_K)
+    kmask = kk < K
+    base = tl.load(base_ptr + kk, mask=kmask, other=0.0).to(tl.float32)
+    zero_k = tl.zeros([BLOCK_K], dtype=tl.float64)
+    groups_v = zero_k
+    rows_v = zero_k
+    token_v = zero_k
+    active_v = zero_k
+    energy_v = zero_k
+    count_v = zero_k
+    sum_sq_v = zero_k
+    raw_sum_v = zero_k
+    weight_v = zero_k
+    signal_v = zero_k
+    token_signal_v = zero_k
+    cross_m = tl.zeros([BLOCK_K, BLOCK_K], dtype=tl.float64)
+    token_cross_m = tl.zeros([BLOCK_K, BLOCK_K], dtype=tl.float64)
+    hi_v = tl.full([BLOCK_K], float("-inf"), tl.float32)
+    lo_v = tl.full([BLOCK_K], float("-inf"), tl.float32)
+
+    for g in range(pid, num_groups, programs):
+        begin, end = group_bounds(offsets_ptr, g, group_size, HAS_INDEX)
+        count = tl.zeros([BLOCK_K], dtype=tl.float32)
+        total = tl.zeros([BLOCK_K], dtype=tl.float32)
+        sum_count = 0.0
+        sum_total = 0.0
+        for r0 in range(begin, end, BLOCK_R):
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask,
+                                             HAS_INDEX, NAN_TO_ZERO, BLOCK_R)
+            xv = tl.where(valid, x, 0.0)
+            count += tl.sum(valid.to(tl.float32), 0)
+            total += tl.sum(xv, 0)
+            scorable = tl.sum(valid.to(tl.int32), 1) > 0
+            sum_count += tl.sum(scorable.to(tl.float32), 0)
+            sum_total += tl.sum(tl.sum(xv * base[None, :], 1), 0)
+            if RAW:
+                # float64: SAW's batch std comes from sum and sum of squares
+                xd = xv.to(tl.float64)
+                raw_sum_v += tl.sum(xd, 0)
+                sum_sq_v += tl.sum(xd * xd, 0)
+                hi_v = tl.maximum(hi_v, tl.max(tl.where(valid, x, float("-inf")), 0))
+                lo_v = tl.maximum(lo_v, tl.max(tl.where(valid, -x, float("-inf")), 0))
+        mean = total / tl.maximum(count, 1.0)
+        sum_mean = sum_total / tl.maximum(sum_count, 1.0)
+
+        dev = tl.zeros([BLOCK_K], dtype=tl.float32)
+        sum_dev = 0.0
+        for r0 in range(begin, end, BLOCK_R):
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask,
+                                             HAS_INDEX, NAN_TO_ZERO, BLOCK_R)
+            d = tl.where(valid, x - mean[None, :], 0.0)
+            dev += tl.sum(d * d, 0)
+            if COMBINED:
+                scorable = tl.sum(valid.to(tl.int32), 1) > 0
+                dr = tl.sum(tl.where(valid, x * base[None, :], 0.0), 1) - sum_mean
+                sum_dev += tl.sum(tl.where(scorable, dr * dr, 0.0), 0)
+
+        mean, std, scale, active = finish_column(count, mean, dev, eps, active_tol,
+                                                 UNBIASED, SCALE_BY_STD, SINGLETON_VERL)
+        tl.store(mean_ptr + g * K + kk, mean, mask=kmask)
+        tl.store(scale_ptr + g * K + kk, scale, mask=kmask)
+        active_v += active.to(tl.float64)
+        count_v += count.to(tl.float64)
+        weight = base
+        if GROUP_WEIGHTED:
+            spread = tl.where(kmask, base * std, 0.0)
+            spread_total = tl.sum(spread, 0)
+            weight = tl.where(spread_total != 0.0, spread / tl.where(spread_total != 0.0, spread_total, 1.0), 0.0)
+            tl.store(weight_ptr + g * K + kk, weight, mask=kmask)
+            weight_v += weight.to(tl.float64)
+        sum_scale = 0.0
+        if COMBINED:
+            sum_mean, sum_std, sum_scale, sum_active = finish_column(
+                sum_count, sum_mean, sum_dev, eps, active_tol, UNBIASED, SCALE_BY_STD, SINGLETON_VERL)
+            tl.store(sum_stats_ptr + 2 * g, sum_mean)
+            tl.store(sum_stats_ptr + 2 * g + 1, sum_scale)
+        groups_v += 1.0
+
+        kept = 0.0
+        for r0 in range(begin, end, BLOCK_R):
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask,
+                                             HAS_INDEX, NAN_TO_ZERO, BLOCK_R)
+            a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
+                                                 kk, COMBINED, GROUP_WEIGHTED, DROPS)
+            energy_v += tl.sum(a * a, 0).to(tl.float64)
+            kept += tl.sum((keep & rmask).to(tl.float32), 0)
+            selected = keep & scorable & rmask
+            col = tl.where(selected[:, None], col, 0.0)
+            rows_v += tl.sum(selected.to(tl.float32), 0).to(tl.float64)
+            signal_v += tl.sum(col, 0).to(tl.float64)
+            outer = col[:, :, None] * col[:, None, :]
+            cross_m += tl.sum(outer, 0).to(tl.float64)
+            if HAS_TOKEN:
+                w = tl.load(token_ptr + idx, mask=rmask, other=0.0).to(tl.float32)
+                w = tl.where(selected, w, 0.0)
+                token_v += tl.sum(w, 0).to(tl.float64)
+                token_signal_v += tl.sum(col * w[:, None], 0).to(tl.float64)
+                token_cross_m += tl.sum(outer * w[:, None, None], 0).to(tl.float64)
+        tl.store(kappa_ptr + g, kept / (end - begin).to(tl.float32))
+
+    if COMBINED:
+        C = 1
+    else:
+        C = K
+    out = partial_ptr + pid * M
+    first = kk == 0
+    tl.store(out + kk, groups_v, mask=first)
+    tl.store(out + 1 + kk, rows_v, mask=first)
+    tl.store(out + 2 + kk, token_v, mask=first)
+    tl.store(out + 3 + kk, active_v, mask=kmask)
+    tl.store(out + 3 + K + kk, energy_v, mask=kmask)
+    tl.store(out + 3 + 2 * K + kk, count_v, mask=kmask)
+    tl.store(out + 3 + 3 * K + kk, raw_sum_v, mask=kmask)
+    tl.store(out + 3 + 4 * K + kk, sum_sq_v, mask=kmask)
+    tl.store(out + 3 + 5 * K + kk, weight_v, mask=kmask)
+    cmask = kk < C
+    tl.store(out + 3 + 6 * K + kk, signal_v, mask=cmask)
+    tl.store(out + 3 + 6 * K + C + kk, token_signal_v, mask=cmask)
+    cc = kk[:, None] * C + kk[None, :]
+    mask2 = cmask[:, None] & cmask[None, :]
+    tl.store(out + 3 + 6 * K + 2 * C + cc, cross_m, mask=mask2)
+    tl.store(out + 3 + 6 * K + 2 * C + C * C + cc, token_cross_m, mask=mask2)
+    tl.store(extrema_ptr + pid * 2 * K + kk, hi_v.to(tl.float64), mask=kmask)
+    tl.store(extrema_ptr + pid * 2 * K + K + kk, lo_v.to(tl.float64), mask=kmask)

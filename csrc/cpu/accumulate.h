@@ -1,4 +1,6 @@
-// Accumulate: one pass over the groups. Each group's rows are read while in
+// Accumulate: one pass over the groups. `rewards` are in group order (the
+// caller gathers them once for a group_index layout): position p holds input
+// row layout.row(p), which is where per-row inputs and outputs live. Each group's rows are read while in
 // cache for its statistics (sections 2-3), then once more to add its rows to
 // the batch accumulators (AccumulatorLayout). A chunk's sums live in local
 // arrays and reach the chunk's slot of the partials once.
@@ -16,7 +18,7 @@
 #include "group_layout.h"
 #include "group_table.h"
 #include "reward_count.h"
-#include "row_signal.h"
+#include "../core/row_signal.h"
 
 namespace dara {
 
@@ -128,7 +130,7 @@ void raw_extremes(const scalar_t* rewards, const AccumulateArgs& a, int64_t begi
                   ChunkSums<KT>& sums) {
   const int K = KT > 0 ? KT : a.K;
   for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + a.layout->row(p) * K;
+    const scalar_t* row = rewards + p * K;
     for (int k = 0; k < K; ++k) {
       const double r = static_cast<double>(row[k]);
       sums.sum_sq[k] += r * r;
@@ -170,7 +172,7 @@ void complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g,
     const int m = static_cast<int>(std::min<int64_t>(kRowBlock, end - b0));
     for (int i = 0; i < m; ++i) {
       const int64_t j = layout.row(b0 + i);
-      const scalar_t* row = rewards + j * K;
+      const scalar_t* row = rewards + (b0 + i) * K;
       for (int k = 0; k < K; ++k) d[k][i] = static_cast<double>(row[k]) - mean[k];
       w[i] = a.token_weights ? a.token_weights[j] : 0.0;
     }
@@ -243,7 +245,7 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
   double count[N] = {}, sum[N] = {};
   double sum_count = 0.0, sum_total = 0.0;
   for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + layout.row(p) * K;
+    const scalar_t* row = rewards + p * K;
     double rsum = 0.0;
     bool scorable = false;
     for (int k = 0; k < K; ++k) {
@@ -268,7 +270,7 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
   double dev[N] = {};
   double sum_dev = 0.0;
   for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + layout.row(p) * K;
+    const scalar_t* row = rewards + p * K;
     double rsum = 0.0;
     bool scorable = false;
     for (int k = 0; k < K; ++k) {
@@ -290,11 +292,12 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
 
   const int C = o.combined_column() ? 1 : K;
   const GroupRef group = table.ref(g);
-  double reward_a[N], column_a[N];
+  double reward_a[N], column_a[N], row_values[N];
   double kept = 0.0;
   for (int64_t p = begin; p < end; ++p) {
     const int64_t j = layout.row(p);
-    const RowSignal rs = row_signal<KT>(rewards + j * K, K, o, a.base, group, reward_a, column_a);
+    const RowSignal rs = row_signal<KT>(load_row<KT>(rewards + p * K, K, row_values), K, o, a.base, group,
+                                        reward_a, column_a);
     for (int k = 0; k < K; ++k) sums.energy[k] += reward_a[k] * reward_a[k];
     kept += rs.keep ? 1.0 : 0.0;
     if (!(rs.keep && rs.scorable)) continue;
@@ -328,7 +331,7 @@ void accumulate_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t 
   // how a group with missing entries is found without a test per element.
   double sum[N] = {};
   for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + layout.row(p) * K;
+    const scalar_t* row = rewards + p * K;
     for (int k = 0; k < K; ++k) sum[k] += static_cast<double>(row[k]);
   }
   bool complete = !o.drops_conflicts() && (n >= 2.0 || !o.singleton_verl);

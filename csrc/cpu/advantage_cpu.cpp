@@ -46,6 +46,9 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
     TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
     at::Tensor ids = group_index->to(at::kLong).contiguous();
     p.layout = GroupLayout::from_ids(ids.data_ptr<int64_t>(), n);
+    // One gather into group order: the kernels then stream the rewards.
+    at::Tensor order = at::from_blob(const_cast<int64_t*>(p.layout.rows().data()), {n}, at::kLong);
+    p.rewards = p.rewards.index_select(0, order);
   } else {
     TORCH_CHECK(group_size >= 1 && n % group_size == 0, "dara: group_size must divide N");
     p.layout = GroupLayout::contiguous(n, group_size);

@@ -1,4 +1,5 @@
-// Apply: the second and last read of the rewards; writes each response's
+// Apply: the second and last read of the rewards (in group order, see
+// accumulate.h); writes each response's
 // advantage, keep flag and query scale once.
 #pragma once
 #include "../core/options.h"
@@ -6,7 +7,7 @@
 #include "group_layout.h"
 #include "group_table.h"
 #include "reward_count.h"
-#include "row_signal.h"
+#include "../core/row_signal.h"
 
 namespace dara {
 
@@ -35,10 +36,11 @@ void apply_chunk(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& 
     const double factor = (o.apply_query_scale ? kappa : 1.0) * a.scale;
     const int64_t begin = layout.begin(g), end = layout.end(g);
     if (o.drops_conflicts()) {
-      double reward_a[N], column_a[N];
+      double reward_a[N], column_a[N], row_values[N];
       for (int64_t p = begin; p < end; ++p) {
         const int64_t j = layout.row(p);
-        const RowSignal rs = row_signal<KT>(rewards + j * K, K, o, a.base, group, reward_a, column_a);
+        const RowSignal rs = row_signal<KT>(load_row<KT>(rewards + p * K, K, row_values), K, o, a.base, group,
+                                            reward_a, column_a);
         double s = 0.0;
         for (int c = 0; c < C; ++c) s += a.combine[c] * column_a[c];
         advantages[j] = static_cast<float>((rs.keep && rs.scorable) ? (s - a.shift) * factor : 0.0);
@@ -55,7 +57,7 @@ void apply_chunk(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& 
     const double sum_coef = o.combined_column() ? a.combine[0] * group.sum_scale : 0.0;
     for (int64_t p = begin; p < end; ++p) {
       const int64_t j = layout.row(p);
-      const scalar_t* row = rewards + j * K;
+      const scalar_t* row = rewards + p * K;
       double s = 0.0, rsum = 0.0;
       bool scorable = false;
       for (int k = 0; k < K; ++k) {

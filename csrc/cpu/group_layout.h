@@ -16,6 +16,8 @@ class GroupLayout {
   int64_t begin(int64_t g) const { return csr_ ? offsets_[g] : g * group_size_; }
   int64_t end(int64_t g) const { return csr_ ? offsets_[g + 1] : (g + 1) * group_size_; }
   int64_t row(int64_t position) const { return csr_ ? rows_[position] : position; }
+  bool sorted() const { return csr_; }
+  const std::vector<int64_t>& rows() const { return rows_; }
 
  private:
   bool csr_ = false;

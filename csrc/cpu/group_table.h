@@ -6,16 +6,9 @@
 #include <vector>
 
 #include "../core/options.h"
+#include "../core/row_signal.h"
 
 namespace dara {
-
-struct GroupRef {
-  const double* mean;    // [K]
-  const double* scale;   // [K]
-  const double* weight;  // [K] DVAO w_gk, else nullptr
-  double sum_mean;       // GRPO summed column
-  double sum_scale;
-};
 
 struct GroupTable {
   int K;

@@ -13,6 +13,14 @@ constexpr int kMaxRewards = 64;
 template <int KT>
 constexpr int local_size() { return KT > 0 ? KT : kMaxRewards; }
 
+// Widens one row of rewards to double for the shared row formulas.
+template <int KT, typename scalar_t>
+inline const double* load_row(const scalar_t* row, int K, double* out) {
+  if constexpr (KT > 0) K = KT;
+  for (int k = 0; k < K; ++k) out[k] = static_cast<double>(row[k]);
+  return out;
+}
+
 template <typename F>
 void dispatch_reward_count(int K, const F& f) {
   TORCH_CHECK(K >= 1 && K <= kMaxRewards, "dara: compiled backends support 1 to ", kMaxRewards,

@@ -1,0 +1,194 @@
+// Registers the CUDA kernels as the CUDA implementation of dara::fused_advantage
+// and dara::accumulate. Built only when torch has CUDA. Nothing here reads a
+// device value on the host, so the op can be captured in a CUDA graph.
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <tuple>
+
+#include "../core/accumulators.h"
+#include "../core/options.h"
+#include "launch.h"
+
+namespace dara {
+namespace {
+
+using OptTensor = std::optional<at::Tensor>;
+
+cuda::DType dtype_of(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return cuda::DType::kFloat32;
+    case at::kDouble: return cuda::DType::kFloat64;
+    case at::kHalf: return cuda::DType::kFloat16;
+    case at::kBFloat16: return cuda::DType::kBFloat16;
+    case at::kBool: return cuda::DType::kBool;
+    case at::kByte: return cuda::DType::kUInt8;
+    case at::kInt: return cuda::DType::kInt32;
+    case at::kLong: return cuda::DType::kInt64;
+    default: TORCH_CHECK(false, "dara: unsupported dtype ", t);
+  }
+}
+
+struct Prepared {
+  cuda::Problem problem;
+  at::Tensor rewards, base, rows, offsets, num_groups, token_weights, bounds;
+  int64_t max_groups;
+};
+
+Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
+                 const at::Tensor& reward_weights, const OptTensor& response_mask, const OptTensor& response_lengths,
+                 const OptTensor& reward_bounds, at::ArrayRef<double> options) {
+  TORCH_CHECK(options.size() == kNumOptions, "dara: expected ", kNumOptions, " options");
+  TORCH_CHECK(rewards.dim() == 2 && rewards.is_cuda(), "dara: rewards must be a [N, K] CUDA tensor");
+  const int64_t n = rewards.size(0), K = rewards.size(1);
+  TORCH_CHECK(K >= 1 && K <= cuda::kMaxCudaRewards, "dara: the CUDA backend supports 1 to ",
+              cuda::kMaxCudaRewards, " reward columns, got ", K);
+  Prepared p;
+  p.rewards = rewards.contiguous();
+  p.base = reward_weights.to(at::kDouble).contiguous();
+  const Options o = options_from_vector(options.data());
+  auto i64 = rewards.options().dtype(at::kLong);
+  if (group_index.has_value()) {
+    TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
+    auto sorted = at::sort(group_index->to(at::kLong), /*stable=*/true, /*dim=*/0, /*descending=*/false);
+    at::Tensor ids = std::get<0>(sorted);
+    p.rows = std::get<1>(sorted).contiguous();
+    at::Tensor starts = at::ones({n}, rewards.options().dtype(at::kBool));
+    if (n > 1) starts.slice(0, 1).copy_(ids.slice(0, 1).ne(ids.slice(0, 0, n - 1)));
+    at::Tensor segment = starts.to(at::kLong).cumsum(0).sub_(1);
+    p.offsets = at::full({n + 1}, n, i64);
+    p.offsets.scatter_reduce_(0, segment, at::arange(n, i64), "amin", /*include_self=*/true);
+    p.num_groups = n > 0 ? segment.select(0, n - 1).add(1) : at::zeros({}, i64);
+    p.max_groups = n;
+  } else {
+    TORCH_CHECK(group_size >= 1 && n % group_size == 0, "dara: group_size must divide N");
+    p.max_groups = n / group_size;
+    p.num_groups = at::full({}, p.max_groups, i64);
+  }
+  if (o.batch_norm == kTokenNorm) {
+    p.token_weights = response_mask.has_value() ? response_mask->sum(1, false, at::kDouble).contiguous()
+                                                : response_lengths.value().to(at::kDouble).contiguous();
+  }
+  if (reward_bounds.has_value()) p.bounds = reward_bounds->to(at::kDouble).contiguous();
+  p.problem = cuda::Problem{p.rewards.data_ptr(), dtype_of(p.rewards.scalar_type()), static_cast<int>(K),
+                            o.combined_column() ? 1 : static_cast<int>(K), group_index.has_value() ? 0 : group_size,
+                            p.rows.defined() ? p.rows.data_ptr<int64_t>() : nullptr,
+                            p.offsets.defined() ? p.offsets.data_ptr<int64_t>() : nullptr,
+                            p.num_groups.data_ptr<int64_t>(), p.base.data_ptr<double>(),
+                            p.token_weights.defined() ? p.token_weights.data_ptr<double>() : nullptr,
+                            p.bounds.defined() ? p.bounds.data_ptr<double>() : nullptr, o};
+  return p;
+}
+
+struct Launch {
+  at::Tensor mean, scale, weight, sum_stats, kappa, partial, partial_extrema, counter, acc, extrema;
+  cuda::Table table;
+  cuda::Reduction reduction;
+  int blocks;
+};
+
+Launch plan(const Prepared& p) {
+  const int K = p.problem.K, C = p.problem.C;
+  const AccumulatorLayout L{K, C};
+  Launch l;
+  l.blocks = cuda::grid_blocks(p.max_groups, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+  auto f32 = p.rewards.options().dtype(at::kFloat);
+  auto f64 = p.rewards.options().dtype(at::kDouble);
+  const int64_t groups = std::max<int64_t>(p.max_groups, 1);
+  const Options& o = p.problem.options;
+  l.mean = at::empty({groups * K}, f32);
+  l.scale = at::empty({groups * K}, f32);
+  l.weight = at::empty({o.group_weighted() ? groups * K : 1}, f32);
+  l.sum_stats = at::empty({o.combined_column() ? 2 * groups : 2}, f32);
+  l.kappa = at::empty({groups}, f32);
+  l.partial = at::empty({l.blocks, L.size()}, f64);
+  l.partial_extrema = at::empty({l.blocks, L.extrema_size()}, f64);
+  l.counter = at::zeros({1}, p.rewards.options().dtype(at::kInt));
+  l.acc = at::empty({L.size()}, f64);
+  l.extrema = at::empty({L.extrema_size()}, f64);
+  l.table = cuda::Table{l.mean.data_ptr<float>(), l.scale.data_ptr<float>(), l.weight.data_ptr<float>(),
+                        l.sum_stats.data_ptr<float>(), l.kappa.data_ptr<float>()};
+  l.reduction = cuda::Reduction{l.partial.data_ptr<double>(), l.partial_extrema.data_ptr<double>(),
+                                reinterpret_cast<unsigned int*>(l.counter.data_ptr<int>()),
+                                l.acc.data_ptr<double>(), l.extrema.data_ptr<double>(), nullptr, nullptr, false};
+  return l;
+}
+
+void check(cudaError_t status) { TORCH_CHECK(status == cudaSuccess, "dara CUDA kernel: ", cudaGetErrorString(status)); }
+
+std::tuple<at::Tensor, at::Tensor> accumulate_cuda(const at::Tensor& rewards, const OptTensor& group_index,
+                                                   int64_t group_size, const at::Tensor& reward_weights,
+                                                   const OptTensor& response_mask, const OptTensor& response_lengths,
+                                                   at::ArrayRef<double> options) {
+  const c10::cuda::CUDAGuard guard(rewards.device());
+  Prepared p = prepare(rewards, group_index, group_size, reward_weights, response_mask, response_lengths,
+                       std::nullopt, options);
+  Launch l = plan(p);
+  check(cuda::launch_accumulate(p.problem, l.table, l.reduction, cuda::Results{}, l.blocks,
+                                at::cuda::getCurrentCUDAStream()));
+  return {l.acc, l.extrema};
+}
+
+using AdvantageTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                                  at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+AdvantageTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
+                                    const at::Tensor& reward_weights, const OptTensor& response_mask,
+                                    const OptTensor& response_lengths, const OptTensor& reward_bounds,
+                                    const OptTensor& accumulators, const OptTensor& extrema,
+                                    at::ArrayRef<double> options) {
+  const c10::cuda::CUDAGuard guard(rewards.device());
+  Prepared p = prepare(rewards, group_index, group_size, reward_weights, response_mask, response_lengths,
+                       reward_bounds, options);
+  Launch l = plan(p);
+  const int64_t n = rewards.size(0), K = p.problem.K;
+  auto f32 = rewards.options().dtype(at::kFloat);
+  auto i64 = rewards.options().dtype(at::kLong);
+  at::Tensor density = at::empty({K}, f32), weights = at::empty({K}, f32), energy = at::empty({K}, f32);
+  at::Tensor weighted_energy = at::empty({K}, f32), active = at::empty({K}, i64);
+  at::Tensor num_groups = at::empty({}, i64), batch_mean = at::empty({}, f32), batch_std = at::empty({}, f32);
+  at::Tensor affine = at::empty({p.problem.C + 2}, rewards.options().dtype(at::kDouble));
+  at::Tensor given_acc, given_ext;
+  if (accumulators.has_value()) {
+    given_acc = accumulators->to(at::kDouble).contiguous();
+    given_ext = extrema.value().to(at::kDouble).contiguous();
+    l.reduction.given_accumulators = given_acc.data_ptr<double>();
+    l.reduction.given_extrema = given_ext.data_ptr<double>();
+  }
+  l.reduction.finalize = true;
+  const cuda::Results results{density.data_ptr<float>(), weights.data_ptr<float>(), energy.data_ptr<float>(),
+                              weighted_energy.data_ptr<float>(), active.data_ptr<int64_t>(),
+                              num_groups.data_ptr<int64_t>(), batch_mean.data_ptr<float>(),
+                              batch_std.data_ptr<float>(), affine.data_ptr<double>()};
+  auto stream = at::cuda::getCurrentCUDAStream();
+  check(cuda::launch_accumulate(p.problem, l.table, l.reduction, results, l.blocks, stream));
+
+  at::Tensor advantages = at::empty({n}, f32);
+  at::Tensor keep = at::empty({n}, rewards.options().dtype(at::kBool));
+  at::Tensor query_scale = at::empty({n}, f32);
+  at::Tensor token = at::empty({0}, f32), mask;
+  if (response_mask.has_value()) {
+    mask = response_mask->contiguous();
+    token = at::empty({n, mask.size(1)}, f32);
+  }
+  const cuda::ApplyOutputs out{advantages.data_ptr<float>(), keep.data_ptr<bool>(), query_scale.data_ptr<float>(),
+                               mask.defined() ? token.data_ptr<float>() : nullptr,
+                               mask.defined() ? mask.data_ptr() : nullptr,
+                               mask.defined() ? dtype_of(mask.scalar_type()) : cuda::DType::kBool,
+                               mask.defined() ? mask.size(1) : 0};
+  check(cuda::launch_apply(p.problem, l.table, affine.data_ptr<double>(), out, l.blocks, stream));
+  return {advantages, token, density, weights, energy, weighted_energy,
+          active, num_groups, batch_mean, batch_std, keep, query_scale};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(dara, CUDA, m) {
+  m.impl("fused_advantage", &fused_advantage_cuda);
+  m.impl("accumulate", &accumulate_cuda);
+}
+
+}  // namespace dara

@@ -1,0 +1,81 @@
+// Apply (launch 2): one warp per group; each lane takes rows, writes the
+// advantage, keep flag and query scale, then the warp writes the [N, T]
+// token rows together so each row's stores are coalesced.
+#include "../core/row_signal.h"
+#include "device_common.cuh"
+#include "launch.h"
+
+namespace dara {
+namespace cuda {
+namespace {
+
+template <int KT>
+__global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutputs out) {
+  constexpr int N = KT > 0 ? KT : kMaxCudaRewards;
+  const int K = KT > 0 ? KT : p.K;
+  const int C = p.C;
+  const Options& o = p.options;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  const double shift = affine[C], scale = affine[C + 1];
+  const int64_t groups = *p.num_groups;
+  double mean[N], sc[N], weight[N], r[N], reward_a[N], column_a[N];
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * warps + warp; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * warps) {
+    int64_t begin, end;
+    group_range(p, g, begin, end);
+    for (int k = 0; k < K; ++k) {
+      mean[k] = t.mean[g * K + k];
+      sc[k] = t.scale[g * K + k];
+      weight[k] = o.group_weighted() ? t.weight[g * K + k] : 0.0;
+    }
+    GroupRef group{mean, sc, o.group_weighted() ? weight : nullptr, 0.0, 0.0};
+    if (o.combined_column()) {
+      group.sum_mean = t.sum_stats[2 * g];
+      group.sum_scale = t.sum_stats[2 * g + 1];
+    }
+    const double kappa = t.kappa[g];
+    const double factor = (o.apply_query_scale ? kappa : 1.0) * scale;
+    for (int64_t chunk = begin; chunk < end; chunk += 32) {
+      const int64_t i = chunk + lane;
+      const bool here = i < end;
+      const int64_t j = here ? row_at(p, i) : 0;
+      double value = 0.0;
+      if (here) {
+        load_row<KT>(p, j, K, r);
+        const RowSignal rs = row_signal<KT>(r, K, o, p.base, group, reward_a, column_a);
+        double s = 0.0;
+        for (int c = 0; c < C; ++c) s += affine[c] * column_a[c];
+        value = (rs.keep && rs.scorable) ? (s - shift) * factor : 0.0;
+        out.advantages[j] = static_cast<float>(value);
+        out.keep[j] = rs.keep;
+        out.query_scale[j] = static_cast<float>(kappa);
+      }
+      if (!out.token_advantages) continue;
+      const int rows_here = static_cast<int>(end - chunk < 32 ? end - chunk : 32);
+      for (int q = 0; q < rows_here; ++q) {
+        const int64_t jq = __shfl_sync(0xffffffffu, j, q);
+        const float vq = static_cast<float>(__shfl_sync(0xffffffffu, value, q));
+        for (int64_t col = lane; col < out.T; col += 32) {
+          const int64_t at = jq * out.T + col;
+          out.token_advantages[at] = vq * static_cast<float>(load_as_double(out.mask, out.mask_dtype, at));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_apply(const Problem& p, const Table& t, const double* affine, const ApplyOutputs& out,
+                         int blocks, cudaStream_t stream) {
+  cudaError_t status = cudaSuccess;
+  dispatch_k(p.K, [&](auto kt) {
+    constexpr int KT = decltype(kt)::value;
+    apply_kernel<KT><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p, t, affine, out);
+    status = cudaGetLastError();
+  });
+  return status;
+}
+
+}  // namespace cuda
+}  // namespace dara

@@ -1,0 +1,72 @@
+// Device helpers: typed loads, warp reductions with one fixed order (lane 0
+// holds the result, then broadcasts it), and the per-K dispatch.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "launch.h"
+
+namespace dara {
+namespace cuda {
+
+__device__ __forceinline__ double load_as_double(const void* base, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kFloat32: return static_cast<double>(static_cast<const float*>(base)[i]);
+    case DType::kFloat64: return static_cast<const double*>(base)[i];
+    case DType::kFloat16: return static_cast<double>(__half2float(static_cast<const __half*>(base)[i]));
+    case DType::kBFloat16:
+      return static_cast<double>(__bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]));
+    case DType::kBool:
+    case DType::kUInt8: return static_cast<double>(static_cast<const uint8_t*>(base)[i]);
+    case DType::kInt32: return static_cast<double>(static_cast<const int32_t*>(base)[i]);
+    case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+  }
+  return 0.0;
+}
+
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+__device__ __forceinline__ double warp_max(double v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmax(v, __shfl_down_sync(0xffffffffu, v, offset));
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+
+__device__ __forceinline__ void group_range(const Problem& p, int64_t g, int64_t& begin, int64_t& end) {
+  if (p.rows) {
+    begin = p.offsets[g];
+    end = p.offsets[g + 1];
+  } else {
+    begin = g * p.group_size;
+    end = begin + p.group_size;
+  }
+}
+
+__device__ __forceinline__ int64_t row_at(const Problem& p, int64_t position) {
+  return p.rows ? p.rows[position] : position;
+}
+
+template <int KT>
+__device__ __forceinline__ void load_row(const Problem& p, int64_t j, int K, double* r) {
+  for (int k = 0; k < (KT > 0 ? KT : K); ++k) r[k] = load_as_double(p.rewards, p.rewards_dtype, j * K + k);
+}
+
+template <typename F>
+void dispatch_k(int K, const F& f) {
+  switch (K) {
+    case 1: f(std::integral_constant<int, 1>{}); return;
+    case 2: f(std::integral_constant<int, 2>{}); return;
+    case 3: f(std::integral_constant<int, 3>{}); return;
+    case 4: f(std::integral_constant<int, 4>{}); return;
+    case 8: f(std::integral_constant<int, 8>{}); return;
+    default: f(std::integral_constant<int, 0>{}); return;
+  }
+}
+
+}  // namespace cuda
+}  // namespace dara

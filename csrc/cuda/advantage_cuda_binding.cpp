@@ -162,7 +162,8 @@ AdvantageTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& 
   const cuda::Results results{density.data_ptr<float>(), weights.data_ptr<float>(), energy.data_ptr<float>(),
                               weighted_energy.data_ptr<float>(), active.data_ptr<int64_t>(),
                               num_groups.data_ptr<int64_t>(), batch_mean.data_ptr<float>(),
-                              batch_std.data_ptr<float>(), affine.data_ptr<double>()};
+                              batch_std.data_ptr<float>(), affine.data_ptr<double>(),
+                              affine.data_ptr<double>() + p.problem.C};
   auto stream = at::cuda::getCurrentCUDAStream();
   check(cuda::launch_accumulate(p.problem, l.table, l.reduction, results, l.blocks, stream));
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "../core/finalize.h"
 #include "../core/options.h"
 
 namespace dara {
@@ -49,17 +50,9 @@ struct Reduction {
   bool finalize;
 };
 
-struct Results {
-  float* density;
-  float* weights;
-  float* energy;
-  float* weighted_energy;
-  int64_t* active_groups;
-  int64_t* num_groups;
-  float* batch_mean;
-  float* batch_std;
-  double* affine;  // [C + 2]: combine, shift, scale
-};
+// Finalize's outputs; `combine` and `shift_scale` point into one device
+// buffer of C + 2 doubles that apply reads.
+using Results = FinalizeOutputs;
 
 struct ApplyOutputs {
   float* advantages;

@@ -15,8 +15,8 @@ LAYOUTS = ["fixed", "shuffled"]
 
 
 def compare_once(backend: str, method: str, layout: str, k: int, dtype: torch.dtype, shape, bn: str,
-                 policy: str, seed: int, device: str = "cpu") -> None:
-    case = make_case(seed, layout, k, nan_fraction=0.15, dtype=dtype, shape=shape)
+                 policy: str, seed: int, device: str = "cpu", nan_fraction: float = 0.15) -> None:
+    case = make_case(seed, layout, k, nan_fraction=nan_fraction, dtype=dtype, shape=shape)
     kwargs = case.kwargs(with_mask=(bn == "token" and seed % 2 == 0),
                          with_lengths=(bn == "token" and seed % 2 == 1))
     options = dict(method=method, batch_norm=bn, nan_policy=policy)
@@ -32,10 +32,10 @@ def compare_once(backend: str, method: str, layout: str, k: int, dtype: torch.dt
 
 def sweep_against_reference(backend: str, method: str, layout: str, k: int, dtype: torch.dtype,
                             shapes=None, batch_norms=("response", "token", "none"),
-                            nan_policies=("ignore", "zero"), device: str = "cpu") -> int:
+                            nan_policies=("ignore", "zero"), device: str = "cpu", nan_fraction: float = 0.15) -> int:
     shapes = shapes or (FIXED_LAYOUTS if layout == "fixed" else [(97,), (40,)])
     runs = 0
     for seed, (shape, bn, policy) in enumerate(itertools.product(shapes, batch_norms, nan_policies)):
-        compare_once(backend, method, layout, k, dtype, shape, bn, policy, seed, device)
+        compare_once(backend, method, layout, k, dtype, shape, bn, policy, seed, device, nan_fraction)
         runs += 1
     return runs

@@ -18,6 +18,15 @@ def test_sweep(method, layout, k, dtype):
     assert sweep_against_reference("cpu", method, layout, k, dtype) > 0
 
 
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("method", dk.METHODS)
+def test_sweep_without_missing_rewards(method, layout, k):
+    """Groups with every entry present take the kernel's one-pass path."""
+    assert sweep_against_reference("cpu", method, layout, k, torch.float32, nan_policies=("ignore",),
+                                   nan_fraction=0.0) > 0
+
+
 @pytest.mark.parametrize("method", dk.METHODS)
 @pytest.mark.parametrize("preset", ["trl", "verl"])
 def test_presets_match_reference(method, preset):

@@ -101,29 +101,6 @@ void finish_group(const AccumulateArgs& a, int64_t g, const double* count, const
   sums.groups += 1.0;
 }
 
-constexpr int kRowBlock = 64;
-
-inline double block_sum(const double* x, int m) {
-  double s = 0.0;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < m; ++i) s += x[i];
-  return s;
-}
-
-inline double block_dot(const double* x, const double* y, int m) {
-  double s = 0.0;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < m; ++i) s += x[i] * y[i];
-  return s;
-}
-
-inline double block_dot3(const double* x, const double* y, const double* z, int m) {
-  double s = 0.0;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < m; ++i) s += x[i] * y[i] * z[i];
-  return s;
-}
-
 // SAW and SA-MRPO only: the batch's sum of squares, min and max per reward.
 template <int KT, typename scalar_t>
 void raw_extremes(const scalar_t* rewards, const AccumulateArgs& a, int64_t begin, int64_t end,
@@ -140,96 +117,102 @@ void raw_extremes(const scalar_t* rewards, const AccumulateArgs& a, int64_t begi
   }
 }
 
-// Every entry valid and every row kept (the common case): the row sums of
-// a_c and a_c a_d are the group's deviation sums and covariance scaled by
-// the columns' scales, so one pass over the rows suffices.
+// Every entry valid and every row kept (the common case): one pass of shifted
+// sums (shift = the group's first row, so no cancellation beyond the spread)
+// gives the means and the deviation covariance; the row sums of a_c and
+// a_c a_d are that covariance scaled by the columns' scales. Returns false,
+// having written nothing, when the group holds a NaN.
 template <int KT, typename scalar_t>
-void complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, int64_t begin, int64_t end,
-                    const double* sum, GroupTable& table, ChunkSums<KT>& sums) {
+bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, int64_t begin, int64_t end,
+                    GroupTable& table, ChunkSums<KT>& sums) {
   constexpr int N = local_size<KT>();
   const int K = KT > 0 ? KT : a.K;
   const Options& o = *a.options;
   const GroupLayout& layout = *a.layout;
   const bool combined = o.combined_column();
-  const double n = static_cast<double>(end - begin);
-  double* mean = table.mean.data() + g * K;
-  double count[N];
-  double sum_mean = 0.0;
+  double shift[N], s[N], ts[N], P[N * N], tP[N * N];
   for (int k = 0; k < K; ++k) {
-    count[k] = n;
-    mean[k] = sum[k] / n;
-    sum_mean += a.base[k] * mean[k];
+    shift[k] = static_cast<double>(rewards[begin * K + k]);
+    s[k] = ts[k] = 0.0;
+    for (int e = 0; e < K; ++e) P[k * N + e] = tP[k * N + e] = 0.0;
   }
-  if (o.method == kSaw || o.method == kSaMrpo) raw_extremes<KT>(rewards, a, begin, end, sums);
-  double dsum[N] = {}, cov[N * N] = {}, tsum[N] = {}, tcov[N * N] = {}, dev[N];
-  double token_total = 0.0, rsum_dev = 0.0, rsum_sum = 0.0, rsum_tsum = 0.0, rsum_tdev = 0.0;
-  // Deviations go column-major through a block buffer so that every moment
-  // below is a vectorised dot product over rows (fixed order: deterministic).
-  alignas(64) double d[N][kRowBlock];
-  alignas(64) double w[kRowBlock];
-  alignas(64) double dr[kRowBlock];
-  for (int64_t b0 = begin; b0 < end; b0 += kRowBlock) {
-    const int m = static_cast<int>(std::min<int64_t>(kRowBlock, end - b0));
-    for (int i = 0; i < m; ++i) {
-      const int64_t j = layout.row(b0 + i);
-      const scalar_t* row = rewards + (b0 + i) * K;
-      for (int k = 0; k < K; ++k) d[k][i] = static_cast<double>(row[k]) - mean[k];
-      w[i] = a.token_weights ? a.token_weights[j] : 0.0;
-    }
-    token_total += block_sum(w, m);
-    if (combined) {
-      for (int i = 0; i < m; ++i) {
-        double x = 0.0;
-        for (int k = 0; k < K; ++k) x += a.base[k] * d[k][i];
-        dr[i] = x;
-      }
-      for (int k = 0; k < K; ++k) cov[k * N + k] += block_dot(d[k], d[k], m);
-      rsum_sum += block_sum(dr, m);
-      rsum_dev += block_dot(dr, dr, m);
-      if (a.token_weights) {
-        rsum_tsum += block_dot(w, dr, m);
-        rsum_tdev += block_dot3(w, dr, dr, m);
-      }
-      continue;
-    }
+  double tw = 0.0;
+  for (int64_t p = begin; p < end; ++p) {
+    const scalar_t* row = rewards + p * K;
+    double x[N];
+    for (int k = 0; k < K; ++k) x[k] = static_cast<double>(row[k]) - shift[k];
     for (int c = 0; c < K; ++c) {
-      dsum[c] += block_sum(d[c], m);
-      for (int e = c; e < K; ++e) cov[c * N + e] += block_dot(d[c], d[e], m);
+      s[c] += x[c];
+      for (int e = c; e < K; ++e) P[c * N + e] += x[c] * x[e];
     }
     if (a.token_weights) {
+      const double w = a.token_weights[layout.row(p)];
+      tw += w;
       for (int c = 0; c < K; ++c) {
-        tsum[c] += block_dot(w, d[c], m);
-        for (int e = c; e < K; ++e) tcov[c * N + e] += block_dot3(w, d[c], d[e], m);
+        ts[c] += w * x[c];
+        for (int e = c; e < K; ++e) tP[c * N + e] += w * x[c] * x[e];
       }
     }
   }
-  for (int k = 0; k < K; ++k) dev[k] = cov[k * N + k];
+  for (int k = 0; k < K; ++k) {
+    if (!(s[k] == s[k])) return false;
+  }
+  if (o.method == kSaw || o.method == kSaMrpo) raw_extremes<KT>(rewards, a, begin, end, sums);
+
+  const double n = static_cast<double>(end - begin);
+  double* mean = table.mean.data() + g * K;
+  double m[N], count[N], sum[N], dev[N], cov[N * N], tcov[N * N], tdsum[N];
+  for (int c = 0; c < K; ++c) {
+    m[c] = s[c] / n;
+    mean[c] = shift[c] + m[c];
+    count[c] = n;
+    sum[c] = n * shift[c] + s[c];
+    tdsum[c] = ts[c] - tw * m[c];
+  }
+  for (int c = 0; c < K; ++c) {
+    for (int e = c; e < K; ++e) {
+      cov[c * N + e] = cov[e * N + c] = P[c * N + e] - s[c] * m[e];
+      tcov[c * N + e] = tcov[e * N + c] = tP[c * N + e] - m[c] * ts[e] - m[e] * ts[c] + tw * m[c] * m[e];
+    }
+    cov[c * N + c] = std::fmax(cov[c * N + c], 0.0);
+    dev[c] = cov[c * N + c];
+  }
+  double sum_mean = 0.0;
+  for (int k = 0; k < K; ++k) sum_mean += a.base[k] * mean[k];
   finish_group<KT>(a, g, count, sum, dev, table, sums);
   const double* scale = table.scale.data() + g * K;
   for (int k = 0; k < K; ++k) sums.energy[k] += scale[k] * scale[k] * cov[k * N + k];
   sums.rows += n;
-  sums.token_total += token_total;
+  sums.token_total += tw;
   table.kappa[g] = 1.0;
+  table.complete[g] = 1;
   if (combined) {
-    const ColumnStats s = finish_column(n, sum_mean, rsum_dev, o);
-    table.sum_mean[g] = s.mean;
-    table.sum_scale[g] = s.scale;
-    sums.signal[0] += s.scale * rsum_sum;
-    sums.cross[0] += s.scale * s.scale * rsum_dev;
-    sums.token_signal[0] += s.scale * rsum_tsum;
-    sums.token_cross[0] += s.scale * s.scale * rsum_tdev;
-    return;
+    double rsum_dev = 0.0, rsum_tdev = 0.0, rsum_tsum = 0.0;
+    for (int c = 0; c < K; ++c) {
+      rsum_tsum += a.base[c] * tdsum[c];
+      for (int e = 0; e < K; ++e) {
+        rsum_dev += a.base[c] * a.base[e] * cov[c * N + e];
+        rsum_tdev += a.base[c] * a.base[e] * tcov[c * N + e];
+      }
+    }
+    const ColumnStats st = finish_column(n, sum_mean, std::fmax(rsum_dev, 0.0), o);
+    table.sum_mean[g] = st.mean;
+    table.sum_scale[g] = st.scale;
+    sums.cross[0] += st.scale * st.scale * rsum_dev;
+    sums.token_signal[0] += st.scale * rsum_tsum;
+    sums.token_cross[0] += st.scale * st.scale * rsum_tdev;
+    return true;
   }
   double col[N];
   for (int k = 0; k < K; ++k) col[k] = scale[k] * (o.group_weighted() ? table.weight[g * K + k] : 1.0);
   for (int c = 0; c < K; ++c) {
-    sums.signal[c] += col[c] * dsum[c];
-    sums.token_signal[c] += col[c] * tsum[c];
+    sums.token_signal[c] += col[c] * tdsum[c];
     for (int e = c; e < K; ++e) {
       sums.cross[c * K + e] += col[c] * col[e] * cov[c * N + e];
       sums.token_cross[c * K + e] += col[c] * col[e] * tcov[c * N + e];
     }
   }
+  return true;
 }
 
 // Missing entries, unscorable rows or GD2PO's dropped rows: a second pass for
@@ -316,31 +299,17 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
     }
   }
   table.kappa[g] = kept / static_cast<double>(end - begin);
+  table.complete[g] = 0;
 }
 
 template <int KT, typename scalar_t>
 void accumulate_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, GroupTable& table,
                       ChunkSums<KT>& sums) {
-  constexpr int N = local_size<KT>();
-  const int K = KT > 0 ? KT : a.K;
   const Options& o = *a.options;
-  const GroupLayout& layout = *a.layout;
-  const int64_t begin = layout.begin(g), end = layout.end(g);
-  const double n = static_cast<double>(end - begin);
-  // Plain column sums: a NaN entry turns its column's sum into NaN, which is
-  // how a group with missing entries is found without a test per element.
-  double sum[N] = {};
-  for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + p * K;
-    for (int k = 0; k < K; ++k) sum[k] += static_cast<double>(row[k]);
-  }
-  bool complete = !o.drops_conflicts() && (n >= 2.0 || !o.singleton_verl);
-  for (int k = 0; k < K; ++k) complete &= sum[k] == sum[k];
-  if (complete) {
-    complete_group<KT>(rewards, a, g, begin, end, sum, table, sums);
-  } else {
-    partial_group<KT>(rewards, a, g, begin, end, table, sums);
-  }
+  const int64_t begin = a.layout->begin(g), end = a.layout->end(g);
+  const bool may_be_complete = !o.drops_conflicts() && (end - begin >= 2 || !o.singleton_verl);
+  if (may_be_complete && complete_group<KT>(rewards, a, g, begin, end, table, sums)) return;
+  partial_group<KT>(rewards, a, g, begin, end, table, sums);
 }
 
 // Fills `table` and writes the batch accumulators into acc / extrema.

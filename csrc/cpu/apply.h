@@ -55,6 +55,25 @@ void apply_chunk(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& 
       coef[k] = a.combine[o.combined_column() ? 0 : k] * group.scale[k] * (group.weight ? group.weight[k] : 1.0);
     }
     const double sum_coef = o.combined_column() ? a.combine[0] * group.sum_scale : 0.0;
+    if (table.complete[g] && !layout.sorted()) {
+      // No missing entry and rows in place: a branch-free loop the compiler vectorises.
+      double offset = 0.0;
+      for (int k = 0; k < K; ++k) {
+        if (o.combined_column()) coef[k] = sum_coef * a.base[k];
+        offset += o.combined_column() ? 0.0 : coef[k] * group.mean[k];
+      }
+      if (o.combined_column()) offset = sum_coef * group.sum_mean;
+      const double base_value = -(offset + a.shift);
+#pragma omp simd
+      for (int64_t p = begin; p < end; ++p) {
+        double s = base_value;
+        for (int k = 0; k < K; ++k) s += coef[k] * static_cast<double>(rewards[p * K + k]);
+        advantages[p] = static_cast<float>(s * factor);
+        keep[p] = true;
+        query_scale[p] = static_cast<float>(kappa);
+      }
+      continue;
+    }
     for (int64_t p = begin; p < end; ++p) {
       const int64_t j = layout.row(p);
       const scalar_t* row = rewards + p * K;

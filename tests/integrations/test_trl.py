@@ -120,3 +120,23 @@ def test_reserved_options_rejected(tmp_path):
         DaraGRPOTrainer(model=model(), processing_class=tokenizer(), reward_funcs=[has_marker],
                         args=GRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True),
                         advantage_options={"group_size": 2})
+
+
+def test_two_processes_keep_rewards_local(tmp_path):
+    """Two CPU processes under torchrun: no reward gather, process_group mode."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    verdict = tmp_path / "verdict.json"
+    env = dict(os.environ, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                    os.path.join(here, "trl_two_process.py"), str(verdict), str(tmp_path)],
+                   check=True, env=env, cwd=tmp_path, timeout=600)
+    result = json.loads(verdict.read_text())
+    assert result["world"] == 2
+    for rank in result["ranks"]:
+        assert rank and all(step["local"] for step in rank), "rewards were gathered"
+        assert max(step["max_diff"] for step in rank) < 1e-5

@@ -215,8 +215,8 @@ bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g,
   return true;
 }
 
-// Missing entries, unscorable rows or GD2PO's dropped rows: a second pass for
-// the deviations, then a row pass through row_signal.
+// Missing entries, unscorable rows or GD2PO's dropped rows: NaN-aware sums,
+// then the deviations, then a row pass through row_signal.
 template <int KT, typename scalar_t>
 void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, int64_t begin, int64_t end,
                    GroupTable& table, ChunkSums<KT>& sums) {

@@ -5,6 +5,11 @@ accumulate (local) -> all-reduce SUM of the accumulator vector (O(K^2)
 doubles) -> finalize + apply (local, with the global accumulators). Methods
 whose weights need the batch min/max (SAW and SA-MRPO without reward_bounds)
 add one MAX all-reduce of 2K doubles.
+
+Cost: the compiled ops keep no state between calls, so the final call runs
+its own accumulate pass again (to rebuild the per-group table) and then
+finalizes with the reduced accumulators: each rank reads its rewards three
+times instead of twice.
 """
 from __future__ import annotations
 

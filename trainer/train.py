@@ -122,6 +122,14 @@ class Trainer:
             self.engine.sync(full_state_dict(self.model))
         self.log = MetricsLog(self.output_dir, cfg.steps, cfg.tensorboard, enabled=self.rank == 0)
 
+    def responses(self, generations) -> list[Response]:
+        eos = self.tokenizer.eos_token_id
+        out = []
+        for g in generations:
+            tokens = [t for t in g.token_ids if t != eos]
+            out.append(Response(self.tokenizer.decode(tokens), len(tokens), g.finished))
+        return out
+
     def advantages(self, rewards: torch.Tensor, lengths: torch.Tensor):
         options = dict(self.cfg.advantage.options)
         if self.world > 1:
@@ -141,9 +149,7 @@ class Trainer:
         times["time/rollout"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        eos = self.tokenizer.eos_token_id
-        responses = [Response(self.tokenizer.decode([t for t in g.token_ids if t != eos]),
-                              len([t for t in g.token_ids if t != eos]), g.finished) for g in generations]
+        responses = self.responses(generations)
         rewards = self.task.score(cfg.task.rewards, [prompts[g.prompt_index] for g in generations], responses)
         times["time/reward"] = time.perf_counter() - t0
 
@@ -182,9 +188,7 @@ class Trainer:
         prompts = self.task.eval_prompts()
         ids = [self.tokenizer.encode(p.text) for p in prompts]
         generations = self.engine.generate(ids, 1, self.cfg.rollout.max_new_tokens, 0.0, 1.0, 0)
-        eos = self.tokenizer.eos_token_id
-        responses = [Response(self.tokenizer.decode([t for t in g.token_ids if t != eos]),
-                              len([t for t in g.token_ids if t != eos]), g.finished) for g in generations]
+        responses = self.responses(generations)
         rewards = self.task.score(self.cfg.task.rewards, prompts, responses)
         record = {f"eval/{name}": torch.nan_to_num(rewards[:, i], nan=0.0).mean().item()
                   for i, name in enumerate(self.cfg.task.rewards)}

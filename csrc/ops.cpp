@@ -1,8 +1,11 @@
-// Op schemas for the dara namespace. Implementations register per device in
-// cpu/advantage_cpu.cpp and cuda/advantage_cuda_binding.cpp; the Python fake
-// kernels live in dara_kernels/_ops.py.
+// Registers the dara op schemas (generated into core/wire.h from
+// dara_kernels/wire.py). Implementations register per device in
+// cpu/advantage_cpu.cpp and cuda/advantage_cuda_binding.cpp; the fake kernels
+// for torch.compile live in dara_kernels/_ops.py.
 #include <Python.h>
 #include <torch/library.h>
+
+#include "core/wire.h"
 
 extern "C" {
 // An importable module so `import dara_kernels._C` loads the op registrations.
@@ -13,12 +16,6 @@ PyObject* PyInit__C(void) {
 }
 
 TORCH_LIBRARY(dara, m) {
-  m.def(
-      "fused_advantage(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "
-      "Tensor? response_mask, Tensor? response_lengths, Tensor? reward_bounds, Tensor? accumulators, "
-      "Tensor? extrema, float[] options) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, "
-      "Tensor, Tensor, Tensor, Tensor, Tensor)");
-  m.def(
-      "accumulate(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "
-      "Tensor? response_mask, Tensor? response_lengths, float[] options) -> (Tensor, Tensor)");
+  m.def(dara::kFusedAdvantageSchema);
+  m.def(dara::kAccumulateSchema);
 }

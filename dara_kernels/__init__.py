@@ -1,9 +1,9 @@
 """dara-kernels: fused multi-reward RL advantages (GRPO, GDPO, DARA and baselines)."""
+from ._ops import extension_available
 from .api import fused_advantage
 from .backends import BACKENDS, BackendUnavailable, unavailable_reason
 from .options import BATCH_NORMS, METHODS, NAN_POLICIES, PRESETS, AdvantageOptions, resolve_options
 from .output import AdvantageOutput
-from ._ops import extension_available
 
 __all__ = [
     "fused_advantage", "AdvantageOutput", "AdvantageOptions", "resolve_options",

@@ -9,6 +9,7 @@ import torch
 from .options import AdvantageOptions
 from .output import AdvantageOutput, output_from_kernel
 from .validation import PreparedInputs
+from .wire import METHODS, OUTPUT_FIELDS, accumulator_sizes, combined_columns
 
 try:
     from . import _C  # noqa: F401  (registers torch.ops.dara.*)
@@ -27,34 +28,23 @@ def cuda_kernels_compiled() -> bool:
         "dara::fused_advantage", "CUDA")
 
 
-def accumulator_sizes(num_rewards: int, combined_column: bool) -> tuple[int, int]:
-    """Mirrors csrc/core/accumulators.h: (accumulators, extrema)."""
-    c = 1 if combined_column else num_rewards
-    return 3 + 6 * num_rewards + 2 * c + 2 * c * c, 2 * num_rewards
-
-
 if extension_available():
+
+    _DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool}
 
     @torch.library.register_fake("dara::fused_advantage")
     def _fused_advantage_fake(rewards, group_index, group_size, reward_weights, response_mask,
                               response_lengths, reward_bounds, accumulators, extrema, options):
         n, k = rewards.shape
-        f32 = dict(dtype=torch.float32, device=rewards.device)
-        token = rewards.new_empty((n, response_mask.shape[1]) if response_mask is not None else (0,),
-                                  dtype=torch.float32)
-        return (
-            rewards.new_empty(n, **f32), token,
-            rewards.new_empty(k, **f32), rewards.new_empty(k, **f32),
-            rewards.new_empty(k, **f32), rewards.new_empty(k, **f32),
-            rewards.new_empty(k, dtype=torch.int64), rewards.new_empty((), dtype=torch.int64),
-            rewards.new_empty((), **f32), rewards.new_empty((), **f32),
-            rewards.new_empty(n, dtype=torch.bool), rewards.new_empty(n, **f32),
-        )
+        t = response_mask.shape[1] if response_mask is not None else None
+        shapes = {"N": (n,), "NT": (n, t) if t is not None else (0,), "K": (k,), "": ()}
+        return tuple(rewards.new_empty(shapes[shape], dtype=_DTYPES[dtype]) for _, shape, dtype in OUTPUT_FIELDS)
 
     @torch.library.register_fake("dara::accumulate")
     def _accumulate_fake(rewards, group_index, group_size, reward_weights, response_mask,
                          response_lengths, options):
-        m, e = accumulator_sizes(rewards.shape[1], int(options[0]) == 0)
+        k = rewards.shape[1]
+        m, e = accumulator_sizes(k, combined_columns(METHODS[int(options[0])], k))
         return (rewards.new_empty(m, dtype=torch.float64), rewards.new_empty(e, dtype=torch.float64))
 
 

@@ -59,7 +59,7 @@ def fused_advantage(
         response_mask=response_mask, response_lengths=response_lengths,
         reward_bounds=reward_bounds, nan_policy=opts.nan_policy, batch_norm=opts.batch_norm,
         validate=validate)
-    name = backends.choose_backend(backend, inputs.rewards.device)
+    name = backends.choose_backend(backend, inputs.rewards.device, inputs.num_rewards)
     run = backends.runner(name)
     if process_group is None:
         return run(inputs, opts)

@@ -1,7 +1,8 @@
 """Backend registry: which implementation serves a call, and why one can't.
 
 Choosing a backend explicitly never falls back: an unavailable one raises
-with the reason. "auto" picks the fastest available for the input's device.
+with the reason. "auto" picks the fastest backend that can run the call (its
+device and its number of reward columns); docs/spec.md#backends.
 """
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ from typing import Callable, Optional
 import torch
 
 from . import _ops
-from .options import AdvantageOptions
 from .output import AdvantageOutput
 from .reference import reference_advantage
-from .validation import PreparedInputs
+from .wire import MAX_REWARDS
 
 BACKENDS = ("auto", "reference", "cpu", "triton", "cuda")
 
@@ -29,9 +29,22 @@ def _triton_reason(device: torch.device) -> Optional[str]:
     return triton_unavailable_reason(device)
 
 
-def unavailable_reason(name: str, device: torch.device) -> Optional[str]:
+def _too_many_rewards(name: str, num_rewards: Optional[int]) -> Optional[str]:
+    if num_rewards is None or num_rewards <= MAX_REWARDS[name]:
+        return None
+    return (f'backend="{name}" handles at most {MAX_REWARDS[name]} reward columns, got K={num_rewards}; '
+            'backend="reference" handles any K')
+
+
+def unavailable_reason(name: str, device: torch.device, num_rewards: Optional[int] = None) -> Optional[str]:
+    """Why `name` cannot run a call on `device` with `num_rewards` columns (None: any K), or None."""
     if name == "reference":
         return None
+    reason = _device_reason(name, device)
+    return reason or _too_many_rewards(name, num_rewards)
+
+
+def _device_reason(name: str, device: torch.device) -> Optional[str]:
     if name == "cpu":
         if not _ops.extension_available():
             return f'backend="cpu" is unavailable: {_ops.EXTENSION_ERROR}'
@@ -52,19 +65,19 @@ def unavailable_reason(name: str, device: torch.device) -> Optional[str]:
     raise ValueError(f"backend={name!r} is not supported; expected one of {', '.join(BACKENDS)}")
 
 
-def choose_backend(name: str, device: torch.device) -> str:
+def choose_backend(name: str, device: torch.device, num_rewards: int) -> str:
     if not isinstance(name, str) or name not in BACKENDS:
         raise ValueError(f"backend={name!r} is not supported; expected one of {', '.join(BACKENDS)}")
     if name != "auto":
-        reason = unavailable_reason(name, device)
+        reason = unavailable_reason(name, device, num_rewards)
         if reason:
             raise BackendUnavailable(reason)
         return name
     candidates = ("cuda", "triton") if device.type == "cuda" else ("cpu",)
     for candidate in candidates:
-        if unavailable_reason(candidate, device) is None:
+        if unavailable_reason(candidate, device, num_rewards) is None:
             return candidate
-    reasons = "; ".join(unavailable_reason(c, device) for c in candidates)
+    reasons = "; ".join(unavailable_reason(c, device, num_rewards) for c in candidates)
     if os.environ.get("DARA_ALLOW_REFERENCE") == "1":
         return "reference"
     raise BackendUnavailable(

@@ -3,21 +3,18 @@
 Precedence: an explicit keyword beats the preset, the preset beats the
 method's default. The resolved set is what every backend receives; its
 `kernel_vector()` is the `float[]` the compiled ops take, in the order of
-`csrc/core/options.h`.
+`wire.OPTION_FIELDS`. Defaults and presets: docs/spec.md#presets.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Mapping
 
-METHODS = ("grpo", "gdpo", "static", "dara", "dvao", "saw", "sa_mrpo", "gd2po_hard")
+from .wire import BATCH_NORM_CODE, BATCH_NORMS, METHOD_CODE, METHODS, OPTION_FIELDS
+
 PRESETS = ("default", "trl", "verl")
-BATCH_NORMS = ("response", "token", "none")
 NAN_POLICIES = ("ignore", "zero", "raise")
 SINGLETON_RULES = ("zero", "verl")
-
-METHOD_CODE = {name: i for i, name in enumerate(METHODS)}
-BATCH_NORM_CODE = {"none": 0, "response": 1, "token": 2}
 
 _PRESET_VALUES: Mapping[str, Mapping[str, Any]] = {
     "default": {},
@@ -56,28 +53,18 @@ class AdvantageOptions:
     apply_query_scale: bool
     singleton: str
 
-    @property
-    def combined_columns(self) -> bool:
-        """GRPO normalises one summed column instead of K reward columns."""
-        return self.method == "grpo"
-
     def kernel_vector(self) -> list[float]:
-        return [
-            float(METHOD_CODE[self.method]),
-            float(self.eps),
-            float(self.unbiased),
-            float(self.scale_by_std),
-            float(BATCH_NORM_CODE[self.batch_norm]),
-            float(self.bn_eps),
-            float(self.nan_policy == "zero"),
-            float(self.active_tol),
-            float(self.alpha),
-            float(self.density_floor),
-            float(self.saw_delta),
-            float(self.sa_gamma),
-            float(self.apply_query_scale),
-            float(self.singleton == "verl"),
-        ]
+        return [float(_ENCODED[name](self) if name in _ENCODED else getattr(self, name))
+                for name, _ in OPTION_FIELDS]
+
+
+# Packed fields whose kernel value is a code or flag rather than the option itself.
+_ENCODED = {
+    "method": lambda o: METHOD_CODE[o.method],
+    "batch_norm": lambda o: BATCH_NORM_CODE[o.batch_norm],
+    "nan_to_zero": lambda o: o.nan_policy == "zero",
+    "singleton_verl": lambda o: o.singleton == "verl",
+}
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:

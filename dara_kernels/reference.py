@@ -1,4 +1,4 @@
-"""The oracle: `../shared/spec/advantage.md` written as plain float64 PyTorch.
+"""The oracle: docs/spec.md written as plain float64 PyTorch.
 
 Each function is one section of the spec. Nothing here is fused or clever;
 every other backend is tested against this file.
@@ -35,7 +35,7 @@ class GroupStats:
 
 
 def group_statistics(x, valid, gid, num_groups, opts: AdvantageOptions) -> GroupStats:
-    """Spec section 2, over the valid entries of each column."""
+    """docs/spec.md#group-statistics, over the valid entries of each column."""
     columns = x.shape[1]
     zero = torch.zeros(num_groups, columns, dtype=torch.float64, device=x.device)
     xv = torch.where(valid, x, 0.0)
@@ -53,7 +53,7 @@ def group_statistics(x, valid, gid, num_groups, opts: AdvantageOptions) -> Group
 
 
 def normalise(x, valid, gid, stats: GroupStats, opts: AdvantageOptions) -> torch.Tensor:
-    """Spec section 3: A_jk, exactly 0 for missing entries and inactive pairs."""
+    """docs/spec.md#normalised-advantage: A_jk, exactly 0 for missing entries and inactive pairs."""
     centred = x - stats.mean[gid]
     scaled = centred / (stats.std[gid] + opts.eps) if opts.scale_by_std else centred
     used = valid & (stats.active | stats.singleton)[gid]
@@ -61,7 +61,7 @@ def normalise(x, valid, gid, stats: GroupStats, opts: AdvantageOptions) -> torch
 
 
 def raw_batch_stats(r, valid):
-    """Spec section 4: count, mean, unbiased std, min and max of the valid raw rewards."""
+    """docs/spec.md#batch-statistics: count, mean, unbiased std, min and max of the valid raw rewards."""
     count = valid.double().sum(0)
     mean = torch.where(valid, r, 0.0).sum(0) / count.clamp(min=1)
     ss = torch.where(valid, (r - mean) ** 2, 0.0).sum(0)
@@ -72,7 +72,7 @@ def raw_batch_stats(r, valid):
 
 
 def method_weights(opts, b, density, r, valid, bounds) -> torch.Tensor:
-    """Spec section 5 for the methods with one weight per reward."""
+    """docs/spec.md#weights for the methods with one weight per reward."""
     if opts.method == "dara":
         floored = density.clamp(min=opts.density_floor)
         present = density > 0
@@ -96,7 +96,7 @@ def method_weights(opts, b, density, r, valid, bounds) -> torch.Tensor:
 
 
 def batch_normalise(s, rows, token_weights, opts):
-    """Spec section 7 over `rows` (kept and scorable); returns (Ahat, m, sd)."""
+    """docs/spec.md#batch-normalisation over `rows` (kept and scorable); returns (Ahat, m, sd)."""
     sel = s[rows]
     n = sel.numel()
     m = sel.mean() if n else s.new_zeros(())

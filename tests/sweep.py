@@ -6,8 +6,8 @@ import itertools
 import torch
 
 import dara_kernels as dk
-from cases import FIXED_LAYOUTS, make_case
-from compare import TOLERANCES, assert_matches
+from tests.cases import FIXED_LAYOUTS, make_case
+from tests.compare import TOLERANCES, assert_matches
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 KS = [1, 2, 3, 7]

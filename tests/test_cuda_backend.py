@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import dara_kernels as dk
-from cases import make_case
-from compare import TOLERANCES, assert_matches
-from sweep import DTYPES, KS, LAYOUTS, sweep_against_reference
+from tests.cases import make_case
+from tests.compare import TOLERANCES, assert_matches
+from tests.sweep import DTYPES, KS, LAYOUTS, sweep_against_reference
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or dk.unavailable_reason("cuda", torch.device("cuda")) is not None,

@@ -9,7 +9,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import dara_kernels as dk
-from cases import make_case
+from tests.cases import make_case
 
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 

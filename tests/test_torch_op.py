@@ -4,7 +4,7 @@ import torch
 
 import dara_kernels as dk
 from dara_kernels.options import resolve_options
-from cases import make_case
+from tests.cases import make_case
 
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 
@@ -38,3 +38,21 @@ def test_compile_fullgraph_matches_eager(method):
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
     for a, b in zip(compiled(case.rewards, case.mask), step(case.rewards, case.mask)):
         torch.testing.assert_close(a, b)
+
+
+def test_compile_fullgraph_with_default_arguments():
+    """validate=True (the default) steps aside by itself while torch.compile traces."""
+    case = make_case(3, "fixed", 4, shape=(64, 8))
+
+    def step(rewards):
+        return dk.fused_advantage(rewards, 8).advantages
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    torch.testing.assert_close(compiled(case.rewards), step(case.rewards))
+
+
+def test_value_checks_still_run_in_eager():
+    rewards = torch.rand(8, 2)
+    rewards[3, 1] = float("inf")
+    with pytest.raises(ValueError, match="Inf"):
+        dk.fused_advantage(rewards, 4)

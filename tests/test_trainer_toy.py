@@ -6,7 +6,7 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
-from trainer_helpers import run_train  # noqa: E402
+from tests.trainer_helpers import run_train  # noqa: E402
 
 from trainer.metrics import read_metrics  # noqa: E402
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import dara_kernels as dk
-from cases import make_case
-from compare import TOLERANCES, assert_matches
-from sweep import DTYPES, KS, LAYOUTS, compare_once
+from tests.cases import make_case
+from tests.compare import TOLERANCES, assert_matches
+from tests.sweep import DTYPES, KS, LAYOUTS, compare_once
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.skipif(dk.unavailable_reason("triton", torch.device(DEVICE)) is not None,

@@ -7,8 +7,8 @@ import tempfile
 
 
 def run_train(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    # Outside the checkout: `python -m` puts the working directory first on
-    # sys.path, and the source tree's dara_kernels has no compiled extension.
+    # A neutral working directory: the installed entry point must not depend
+    # on being started from the checkout.
     with tempfile.TemporaryDirectory() as neutral:
         result = subprocess.run([sys.executable, "-m", "trainer.cli", *args], capture_output=True, text=True,
                                 timeout=timeout, cwd=neutral)

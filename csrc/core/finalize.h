@@ -5,9 +5,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "accumulators.h"
+#include "wire.h"
 #include "host_device.h"
-#include "options.h"
 
 namespace dara {
 

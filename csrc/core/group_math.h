@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "host_device.h"
-#include "options.h"
+#include "wire.h"
 
 namespace dara {
 

@@ -5,7 +5,7 @@
 #pragma once
 #include "group_math.h"
 #include "host_device.h"
-#include "options.h"
+#include "wire.h"
 
 namespace dara {
 

@@ -11,9 +11,8 @@
 #include <memory>
 #include <vector>
 
-#include "../core/accumulators.h"
+#include "../core/wire.h"
 #include "../core/group_math.h"
-#include "../core/options.h"
 #include "chunks.h"
 #include "group_layout.h"
 #include "group_table.h"

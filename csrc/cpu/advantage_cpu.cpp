@@ -8,9 +8,8 @@
 #include <tuple>
 #include <vector>
 
-#include "../core/accumulators.h"
+#include "../core/wire.h"
 #include "../core/finalize.h"
-#include "../core/options.h"
 #include "accumulate.h"
 #include "apply.h"
 #include "group_layout.h"

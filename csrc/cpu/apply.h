@@ -2,7 +2,7 @@
 // accumulate.h); writes each response's
 // advantage, keep flag and query scale once.
 #pragma once
-#include "../core/options.h"
+#include "../core/wire.h"
 #include "chunks.h"
 #include "group_layout.h"
 #include "group_table.h"

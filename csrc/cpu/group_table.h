@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "../core/options.h"
+#include "../core/wire.h"
 #include "../core/row_signal.h"
 
 namespace dara {

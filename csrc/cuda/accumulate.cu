@@ -4,7 +4,7 @@
 // (deterministic) and runs finalize, so the op needs no host round trip.
 #include <cmath>
 
-#include "../core/accumulators.h"
+#include "../core/wire.h"
 #include "../core/finalize.h"
 #include "../core/group_math.h"
 #include "../core/row_signal.h"

@@ -9,8 +9,7 @@
 #include <optional>
 #include <tuple>
 
-#include "../core/accumulators.h"
-#include "../core/options.h"
+#include "../core/wire.h"
 #include "launch.h"
 
 namespace dara {

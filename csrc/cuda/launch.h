@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "../core/finalize.h"
-#include "../core/options.h"
+#include "../core/wire.h"
 
 namespace dara {
 namespace cuda {

@@ -1,10 +1,12 @@
 """Accumulate stage: each program walks groups pid, pid + P, ... and writes
-its partial batch accumulators (AccumulatorLayout order) and extremes; the
-per-group table (means, scales, DVAO weights, GRPO column, kappa) is left
-for apply. Partials are summed in program order: deterministic."""
+its partial batch accumulators (offsets from the generated wire module) and
+extremes; the per-group table (means, scales, DVAO weights, GRPO column,
+kappa) is left for apply. Partials are summed in program order by finalize,
+so results are deterministic."""
 import triton
 import triton.language as tl
 
+from . import wire
 from .common import finish_column, group_bounds, load_tile, row_columns
 
 
@@ -12,11 +14,9 @@ from .common import finish_column, group_bounds, load_tile, row_columns
 def accumulate_kernel(
     rewards_ptr, rows_ptr, offsets_ptr, num_groups_ptr, base_ptr, token_ptr,
     mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, partial_ptr, extrema_ptr,
-    K, group_size, M, eps, active_tol,
-    HAS_INDEX: tl.constexpr, HAS_TOKEN: tl.constexpr, COMBINED: tl.constexpr,
-    GROUP_WEIGHTED: tl.constexpr, DROPS: tl.constexpr, RAW: tl.constexpr, NAN_TO_ZERO: tl.constexpr,
-    UNBIASED: tl.constexpr, SCALE_BY_STD: tl.constexpr, SINGLETON_VERL: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    K, C, group_size, eps, active_tol,
+    has_token, combined, group_weighted, drops, raw, nan_to_zero, unbiased, scale_by_std, singleton_verl,
+    HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -38,8 +38,8 @@ def accumulate_kernel(
     token_signal_v = zero_k
     cross_m = tl.zeros([BLOCK_K, BLOCK_K], dtype=tl.float64)
     token_cross_m = tl.zeros([BLOCK_K, BLOCK_K], dtype=tl.float64)
-    hi_v = tl.full([BLOCK_K], float("-inf"), tl.float32)
-    lo_v = tl.full([BLOCK_K], float("-inf"), tl.float32)
+    max_v = tl.full([BLOCK_K], float("-inf"), tl.float32)
+    max_negated_v = tl.full([BLOCK_K], float("-inf"), tl.float32)
 
     for g in range(pid, num_groups, programs):
         begin, end = group_bounds(offsets_ptr, g, group_size, HAS_INDEX)
@@ -48,63 +48,61 @@ def accumulate_kernel(
         sum_count = 0.0
         sum_total = 0.0
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask,
-                                             HAS_INDEX, NAN_TO_ZERO, BLOCK_R)
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask, nan_to_zero,
+                                             HAS_INDEX, BLOCK_R)
             xv = tl.where(valid, x, 0.0)
             count += tl.sum(valid.to(tl.float32), 0)
             total += tl.sum(xv, 0)
             scorable = tl.sum(valid.to(tl.int32), 1) > 0
             sum_count += tl.sum(scorable.to(tl.float32), 0)
             sum_total += tl.sum(tl.sum(xv * base[None, :], 1), 0)
-            if RAW:
-                # float64: SAW's batch std comes from sum and sum of squares
+            if raw != 0:
+                # float64: SAW's batch std comes from a sum and a sum of squares
                 xd = xv.to(tl.float64)
                 raw_sum_v += tl.sum(xd, 0)
                 sum_sq_v += tl.sum(xd * xd, 0)
-                hi_v = tl.maximum(hi_v, tl.max(tl.where(valid, x, float("-inf")), 0))
-                lo_v = tl.maximum(lo_v, tl.max(tl.where(valid, -x, float("-inf")), 0))
+                max_v = tl.maximum(max_v, tl.max(tl.where(valid, x, float("-inf")), 0))
+                max_negated_v = tl.maximum(max_negated_v, tl.max(tl.where(valid, -x, float("-inf")), 0))
         mean = total / tl.maximum(count, 1.0)
         sum_mean = sum_total / tl.maximum(sum_count, 1.0)
 
         dev = tl.zeros([BLOCK_K], dtype=tl.float32)
         sum_dev = 0.0
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask,
-                                             HAS_INDEX, NAN_TO_ZERO, BLOCK_R)
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask, nan_to_zero,
+                                             HAS_INDEX, BLOCK_R)
             d = tl.where(valid, x - mean[None, :], 0.0)
             dev += tl.sum(d * d, 0)
-            if COMBINED:
-                scorable = tl.sum(valid.to(tl.int32), 1) > 0
-                dr = tl.sum(tl.where(valid, x * base[None, :], 0.0), 1) - sum_mean
-                sum_dev += tl.sum(tl.where(scorable, dr * dr, 0.0), 0)
+            scorable = tl.sum(valid.to(tl.int32), 1) > 0
+            dr = tl.sum(tl.where(valid, x * base[None, :], 0.0), 1) - sum_mean
+            sum_dev += tl.sum(tl.where(scorable, dr * dr, 0.0), 0)
 
         mean, std, scale, active = finish_column(count, mean, dev, eps, active_tol,
-                                                 UNBIASED, SCALE_BY_STD, SINGLETON_VERL)
+                                                 unbiased, scale_by_std, singleton_verl)
         tl.store(mean_ptr + g * K + kk, mean, mask=kmask)
         tl.store(scale_ptr + g * K + kk, scale, mask=kmask)
         active_v += active.to(tl.float64)
         count_v += count.to(tl.float64)
-        weight = base
-        if GROUP_WEIGHTED:
-            spread = tl.where(kmask, base * std, 0.0)
-            spread_total = tl.sum(spread, 0)
-            weight = tl.where(spread_total != 0.0, spread / tl.where(spread_total != 0.0, spread_total, 1.0), 0.0)
+        spread = tl.where(kmask, base * std, 0.0)
+        spread_total = tl.sum(spread, 0)
+        dvao_weight = tl.where(spread_total != 0.0, spread / tl.where(spread_total != 0.0, spread_total, 1.0), 0.0)
+        weight = tl.where(group_weighted != 0, dvao_weight, base)
+        if group_weighted != 0:
             tl.store(weight_ptr + g * K + kk, weight, mask=kmask)
             weight_v += weight.to(tl.float64)
-        sum_scale = 0.0
-        if COMBINED:
-            sum_mean, sum_std, sum_scale, sum_active = finish_column(
-                sum_count, sum_mean, sum_dev, eps, active_tol, UNBIASED, SCALE_BY_STD, SINGLETON_VERL)
+        sum_mean, sum_std, sum_scale, sum_active = finish_column(
+            sum_count, sum_mean, sum_dev, eps, active_tol, unbiased, scale_by_std, singleton_verl)
+        if combined != 0:
             tl.store(sum_stats_ptr + 2 * g, sum_mean)
             tl.store(sum_stats_ptr + 2 * g + 1, sum_scale)
         groups_v += 1.0
 
         kept = 0.0
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask,
-                                             HAS_INDEX, NAN_TO_ZERO, BLOCK_R)
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask, nan_to_zero,
+                                             HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, COMBINED, GROUP_WEIGHTED, DROPS)
+                                                 kk, combined, group_weighted, drops)
             energy_v += tl.sum(a * a, 0).to(tl.float64)
             kept += tl.sum((keep & rmask).to(tl.float32), 0)
             selected = keep & scorable & rmask
@@ -113,7 +111,7 @@ def accumulate_kernel(
             signal_v += tl.sum(col, 0).to(tl.float64)
             outer = col[:, :, None] * col[:, None, :]
             cross_m += tl.sum(outer, 0).to(tl.float64)
-            if HAS_TOKEN:
+            if has_token != 0:
                 w = tl.load(token_ptr + idx, mask=rmask, other=0.0).to(tl.float32)
                 w = tl.where(selected, w, 0.0)
                 token_v += tl.sum(w, 0).to(tl.float64)
@@ -121,27 +119,24 @@ def accumulate_kernel(
                 token_cross_m += tl.sum(outer * w[:, None, None], 0).to(tl.float64)
         tl.store(kappa_ptr + g, kept / (end - begin).to(tl.float32))
 
-    if COMBINED:
-        C = 1
-    else:
-        C = K
-    out = partial_ptr + pid * M
+    out = partial_ptr + pid * wire.accumulator_size(K, C)
     first = kk == 0
-    tl.store(out + kk, groups_v, mask=first)
-    tl.store(out + 1 + kk, rows_v, mask=first)
-    tl.store(out + 2 + kk, token_v, mask=first)
-    tl.store(out + 3 + kk, active_v, mask=kmask)
-    tl.store(out + 3 + K + kk, energy_v, mask=kmask)
-    tl.store(out + 3 + 2 * K + kk, count_v, mask=kmask)
-    tl.store(out + 3 + 3 * K + kk, raw_sum_v, mask=kmask)
-    tl.store(out + 3 + 4 * K + kk, sum_sq_v, mask=kmask)
-    tl.store(out + 3 + 5 * K + kk, weight_v, mask=kmask)
     cmask = kk < C
-    tl.store(out + 3 + 6 * K + kk, signal_v, mask=cmask)
-    tl.store(out + 3 + 6 * K + C + kk, token_signal_v, mask=cmask)
+    tl.store(out + wire.groups_at(K, C) + kk, groups_v, mask=first)
+    tl.store(out + wire.rows_at(K, C) + kk, rows_v, mask=first)
+    tl.store(out + wire.token_total_at(K, C) + kk, token_v, mask=first)
+    tl.store(out + wire.active_at(K, C) + kk, active_v, mask=kmask)
+    tl.store(out + wire.energy_at(K, C) + kk, energy_v, mask=kmask)
+    tl.store(out + wire.raw_count_at(K, C) + kk, count_v, mask=kmask)
+    tl.store(out + wire.raw_sum_at(K, C) + kk, raw_sum_v, mask=kmask)
+    tl.store(out + wire.raw_sum_sq_at(K, C) + kk, sum_sq_v, mask=kmask)
+    tl.store(out + wire.group_weight_at(K, C) + kk, weight_v, mask=kmask)
+    tl.store(out + wire.signal_at(K, C) + kk, signal_v, mask=cmask)
+    tl.store(out + wire.token_signal_at(K, C) + kk, token_signal_v, mask=cmask)
     cc = kk[:, None] * C + kk[None, :]
     mask2 = cmask[:, None] & cmask[None, :]
-    tl.store(out + 3 + 6 * K + 2 * C + cc, cross_m, mask=mask2)
-    tl.store(out + 3 + 6 * K + 2 * C + C * C + cc, token_cross_m, mask=mask2)
-    tl.store(extrema_ptr + pid * 2 * K + kk, hi_v.to(tl.float64), mask=kmask)
-    tl.store(extrema_ptr + pid * 2 * K + K + kk, lo_v.to(tl.float64), mask=kmask)
+    tl.store(out + wire.cross_at(K, C) + cc, cross_m, mask=mask2)
+    tl.store(out + wire.token_cross_at(K, C) + cc, token_cross_m, mask=mask2)
+    extrema = extrema_ptr + pid * wire.extrema_size(K, C)
+    tl.store(extrema + wire.max_reward_at(K, C) + kk, max_v.to(tl.float64), mask=kmask)
+    tl.store(extrema + wire.max_negated_reward_at(K, C) + kk, max_negated_v.to(tl.float64), mask=kmask)

@@ -1,5 +1,7 @@
 """Apply stage: the second and last read of the rewards; writes advantages,
-keep, query_scale and, with a mask, the [N, T] token advantages once."""
+keep and query_scale (docs/spec.md#batch-normalisation, #query-scale). The
+[N, T] token output is one elementwise product done by torch, so the mask's
+dtype does not multiply the kernel variants."""
 import triton
 import triton.language as tl
 
@@ -9,12 +11,10 @@ from .common import group_bounds, load_tile, row_columns
 @triton.jit
 def apply_kernel(
     rewards_ptr, rows_ptr, offsets_ptr, num_groups_ptr, base_ptr,
-    mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, affine_ptr, mask_ptr,
-    advantages_ptr, keep_ptr, query_scale_ptr, token_ptr,
-    K, C, T, group_size,
-    HAS_INDEX: tl.constexpr, HAS_MASK: tl.constexpr, COMBINED: tl.constexpr,
-    GROUP_WEIGHTED: tl.constexpr, DROPS: tl.constexpr, NAN_TO_ZERO: tl.constexpr,
-    QUERY_SCALE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
+    mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, affine_ptr,
+    advantages_ptr, keep_ptr, query_scale_ptr,
+    K, C, group_size, combined, group_weighted, drops, nan_to_zero, apply_query_scale,
+    HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
@@ -24,38 +24,28 @@ def apply_kernel(
     base = tl.load(base_ptr + kk, mask=kmask, other=0.0).to(tl.float32)
     combine = tl.load(affine_ptr + kk, mask=kk < C, other=0.0).to(tl.float32)
     shift = tl.load(affine_ptr + C).to(tl.float32)
-    scale_b = tl.load(affine_ptr + C + 1).to(tl.float32)
-    tt = tl.arange(0, BLOCK_T)
+    batch_scale = tl.load(affine_ptr + C + 1).to(tl.float32)
     for g in range(pid, num_groups, programs):
         begin, end = group_bounds(offsets_ptr, g, group_size, HAS_INDEX)
         mean = tl.load(mean_ptr + g * K + kk, mask=kmask, other=0.0)
         scale = tl.load(scale_ptr + g * K + kk, mask=kmask, other=0.0)
         weight = base
-        if GROUP_WEIGHTED:
+        if group_weighted != 0:
             weight = tl.load(weight_ptr + g * K + kk, mask=kmask, other=0.0)
         sum_mean = 0.0
         sum_scale = 0.0
-        if COMBINED:
+        if combined != 0:
             sum_mean = tl.load(sum_stats_ptr + 2 * g)
             sum_scale = tl.load(sum_stats_ptr + 2 * g + 1)
         kappa = tl.load(kappa_ptr + g)
-        factor = scale_b
-        if QUERY_SCALE:
-            factor = factor * kappa
+        factor = tl.where(apply_query_scale != 0, batch_scale * kappa, batch_scale)
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask,
-                                             HAS_INDEX, NAN_TO_ZERO, BLOCK_R)
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask, nan_to_zero,
+                                             HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, COMBINED, GROUP_WEIGHTED, DROPS)
+                                                 kk, combined, group_weighted, drops)
             s = tl.sum(col * combine[None, :], 1)
             value = tl.where(keep & scorable, (s - shift) * factor, 0.0)
             tl.store(advantages_ptr + idx, value, mask=rmask)
             tl.store(keep_ptr + idx, keep, mask=rmask)
             tl.store(query_scale_ptr + idx, kappa + value * 0.0, mask=rmask)
-            if HAS_MASK:
-                for t0 in range(0, T, BLOCK_T):
-                    cols = t0 + tt
-                    m2 = rmask[:, None] & (cols[None, :] < T)
-                    offs = idx[:, None] * T + cols[None, :]
-                    m = tl.load(mask_ptr + offs, mask=m2, other=0).to(tl.float32)
-                    tl.store(token_ptr + offs, value[:, None] * m, mask=m2)

@@ -1,10 +1,17 @@
 """Finalize stage, one program: sums the partial accumulators in program
-order, then the K-sized formulas of spec sections 4, 5 and 7. Writes the
-reported diagnostics and the affine map apply uses: combine[C], shift, scale."""
+order, then the K-sized formulas of docs/spec.md#batch-statistics, #weights
+and #batch-normalisation. Writes the reported diagnostics and the affine map
+apply uses: combine[C], shift, scale. The method and batch norm are runtime
+values: this program runs once per call, so branching costs nothing."""
 import triton
 import triton.language as tl
 
-GRPO, GDPO, STATIC, DARA, DVAO, SAW, SA_MRPO, GD2PO_HARD = range(8)
+from . import wire
+from .wire import BATCH_NORM_RESPONSE, BATCH_NORM_TOKEN, DARA, DVAO, GRPO, SA_MRPO, SAW
+
+# Below this fraction of the sum of squares, a variance is the rounding error
+# of a constant reward (the same threshold as csrc/core/finalize.h).
+CONSTANT_REWARD_RTOL = tl.constexpr(1e-12)
 
 
 @triton.jit
@@ -16,10 +23,10 @@ def _slot(partial_ptr, programs, M, offset, idx, mask):
 
 
 @triton.jit
-def _extreme(extrema_ptr, programs, K, offset, kk, kmask):
+def _extreme(extrema_ptr, programs, stride, offset, kk, kmask):
     best = tl.full(kk.shape, float("-inf"), tl.float64)
     for p in range(programs):
-        best = tl.maximum(best, tl.load(extrema_ptr + p * 2 * K + offset + kk, mask=kmask, other=float("-inf")))
+        best = tl.maximum(best, tl.load(extrema_ptr + p * stride + offset + kk, mask=kmask, other=float("-inf")))
     return best
 
 
@@ -32,104 +39,92 @@ def _power(x, exponent):
 
 @triton.jit
 def finalize_kernel(
-    partial_ptr, extrema_ptr, programs, M, K, base_ptr, bounds_ptr,
+    partial_ptr, extrema_ptr, programs, K, C, base_ptr, bounds_ptr,
     density_ptr, weights_ptr, energy_ptr, weighted_energy_ptr, active_ptr, num_groups_ptr,
     batch_mean_ptr, batch_std_ptr, affine_ptr,
-    alpha, density_floor, saw_delta, sa_gamma, bn_eps,
-    METHOD: tl.constexpr, BATCH_NORM: tl.constexpr, HAS_BOUNDS: tl.constexpr, BLOCK_K: tl.constexpr,
+    alpha, density_floor, saw_delta, sa_gamma, bn_eps, method, batch_norm, has_bounds,
+    BLOCK_K: tl.constexpr,
 ):
     kk = tl.arange(0, BLOCK_K)
     kmask = kk < K
     first = kk == 0
-    if METHOD == GRPO:
-        C = 1
-    else:
-        C = K
     cmask = kk < C
+    M = wire.accumulator_size(K, C)
     base = tl.load(base_ptr + kk, mask=kmask, other=0.0)
-    groups = tl.sum(_slot(partial_ptr, programs, M, 0, kk, first), 0)
-    rows = tl.sum(_slot(partial_ptr, programs, M, 1, kk, first), 0)
-    token_total = tl.sum(_slot(partial_ptr, programs, M, 2, kk, first), 0)
-    active = _slot(partial_ptr, programs, M, 3, kk, kmask)
-    energy = _slot(partial_ptr, programs, M, 3 + K, kk, kmask)
-    count = _slot(partial_ptr, programs, M, 3 + 2 * K, kk, kmask)
-    total = _slot(partial_ptr, programs, M, 3 + 3 * K, kk, kmask)
-    total_sq = _slot(partial_ptr, programs, M, 3 + 4 * K, kk, kmask)
-    group_weight = _slot(partial_ptr, programs, M, 3 + 5 * K, kk, kmask)
-    signal = _slot(partial_ptr, programs, M, 3 + 6 * K, kk, cmask)
-    token_signal = _slot(partial_ptr, programs, M, 3 + 6 * K + C, kk, cmask)
+    groups = tl.sum(_slot(partial_ptr, programs, M, wire.groups_at(K, C), kk, first), 0)
+    rows = tl.sum(_slot(partial_ptr, programs, M, wire.rows_at(K, C), kk, first), 0)
+    token_total = tl.sum(_slot(partial_ptr, programs, M, wire.token_total_at(K, C), kk, first), 0)
+    active = _slot(partial_ptr, programs, M, wire.active_at(K, C), kk, kmask)
+    energy = _slot(partial_ptr, programs, M, wire.energy_at(K, C), kk, kmask)
+    count = _slot(partial_ptr, programs, M, wire.raw_count_at(K, C), kk, kmask)
+    total = _slot(partial_ptr, programs, M, wire.raw_sum_at(K, C), kk, kmask)
+    total_sq = _slot(partial_ptr, programs, M, wire.raw_sum_sq_at(K, C), kk, kmask)
+    group_weight = _slot(partial_ptr, programs, M, wire.group_weight_at(K, C), kk, kmask)
+    signal = _slot(partial_ptr, programs, M, wire.signal_at(K, C), kk, cmask)
+    token_signal = _slot(partial_ptr, programs, M, wire.token_signal_at(K, C), kk, cmask)
     cc = kk[:, None] * C + kk[None, :]
     mask2 = cmask[:, None] & cmask[None, :]
-    cross = _slot(partial_ptr, programs, M, 3 + 6 * K + 2 * C, cc, mask2)
-    token_cross = _slot(partial_ptr, programs, M, 3 + 6 * K + 2 * C + C * C, cc, mask2)
+    cross = _slot(partial_ptr, programs, M, wire.cross_at(K, C), cc, mask2)
+    token_cross = _slot(partial_ptr, programs, M, wire.token_cross_at(K, C), cc, mask2)
 
     density = tl.where(groups > 0.0, active / tl.maximum(groups, 1.0), 0.0)
-    if METHOD == DARA:
-        present = kmask & (density > 0.0)
-        inv = tl.where(present, _power(tl.maximum(density, density_floor), -alpha), 0.0)
-        n_present = tl.sum(present.to(tl.float64), 0)
-        mean_inv = tl.sum(inv, 0) / tl.maximum(n_present, 1.0)
-        weights = tl.where(present, base * inv / tl.where(mean_inv > 0.0, mean_inv, 1.0), 0.0)
-    elif METHOD == SAW or METHOD == SA_MRPO:
-        raw_mean = tl.where(count > 0.0, total / tl.maximum(count, 1.0), 0.0)
-        if HAS_BOUNDS:
-            lo = tl.load(bounds_ptr + 2 * kk, mask=kmask, other=0.0)
-            hi = tl.load(bounds_ptr + 2 * kk + 1, mask=kmask, other=0.0)
-        else:
-            hi = _extreme(extrema_ptr, programs, K, 0, kk, kmask)
-            lo = -_extreme(extrema_ptr, programs, K, K, kk, kmask)
-        if METHOD == SAW:
-            ss = total_sq - count * raw_mean * raw_mean
-            raw_std = tl.where((count >= 2.0) & (ss > 1e-12 * total_sq),
-                               tl.sqrt(tl.maximum(ss, 0.0) / tl.maximum(count - 1.0, 1.0)), 0.0)
-            shifted = raw_mean - lo + saw_delta
-            defined = kmask & (count > 0.0) & (shifted != 0.0)
-            cv = tl.where(defined, raw_std / tl.where(defined, shifted, 1.0), 0.0)
-            cv_total = tl.sum(cv, 0)
-            weights = tl.where(cv_total != 0.0, base * K * cv / tl.where(cv_total != 0.0, cv_total, 1.0), 0.0)
-        else:
-            span = hi - lo
-            ok = (count > 0.0) & (span > 0.0)
-            sat = tl.where(ok, tl.minimum(tl.maximum((raw_mean - lo) / tl.where(ok, span, 1.0), 0.0), 1.0), 0.0)
-            weights = base * _power(1.0 - sat, sa_gamma)
-    elif METHOD == DVAO:
-        weights = tl.where(groups > 0.0, group_weight / tl.maximum(groups, 1.0), 0.0)
-    else:
-        weights = base
+    # Every method's weights are computed and one is selected: a handful of
+    # K-sized operations, and no branch whose types must agree.
+    present = kmask & (density > 0.0)
+    inv = tl.where(present, _power(tl.maximum(density, density_floor), -alpha), 0.0)
+    mean_inv = tl.sum(inv, 0) / tl.maximum(tl.sum(present.to(tl.float64), 0), 1.0)
+    dara_weights = tl.where(present, base * inv / tl.where(mean_inv > 0.0, mean_inv, 1.0), 0.0)
+
+    raw_mean = tl.where(count > 0.0, total / tl.maximum(count, 1.0), 0.0)
+    bounded = kmask & ((kk * 0 + has_bounds) != 0)
+    lo = tl.where(bounded, tl.load(bounds_ptr + 2 * kk, mask=bounded, other=0.0),
+                  -_extreme(extrema_ptr, programs, wire.extrema_size(K, C), wire.max_negated_reward_at(K, C),
+                            kk, kmask))
+    hi = tl.where(bounded, tl.load(bounds_ptr + 2 * kk + 1, mask=bounded, other=0.0),
+                  _extreme(extrema_ptr, programs, wire.extrema_size(K, C), wire.max_reward_at(K, C), kk, kmask))
+    ss = total_sq - count * raw_mean * raw_mean
+    raw_std = tl.where((count >= 2.0) & (ss > CONSTANT_REWARD_RTOL * total_sq),
+                       tl.sqrt(tl.maximum(ss, 0.0) / tl.maximum(count - 1.0, 1.0)), 0.0)
+    shifted = raw_mean - lo + saw_delta
+    defined = kmask & (count > 0.0) & (shifted != 0.0)
+    cv = tl.where(defined, raw_std / tl.where(defined, shifted, 1.0), 0.0)
+    cv_total = tl.sum(cv, 0)
+    saw_weights = tl.where(cv_total != 0.0, base * K * cv / tl.where(cv_total != 0.0, cv_total, 1.0), 0.0)
+    span = hi - lo
+    spread = (count > 0.0) & (span > 0.0)
+    saturation = tl.where(spread, tl.minimum(tl.maximum((raw_mean - lo) / tl.where(spread, span, 1.0), 0.0), 1.0),
+                          0.0)
+    sa_mrpo_weights = base * _power(1.0 - saturation, sa_gamma)
+    dvao_weights = tl.where(groups > 0.0, group_weight / tl.maximum(groups, 1.0), 0.0)
+
+    weights = tl.where(method == DARA, dara_weights,
+                       tl.where(method == SAW, saw_weights,
+                                tl.where(method == SA_MRPO, sa_mrpo_weights,
+                                         tl.where(method == DVAO, dvao_weights, base))))
+    weights = tl.where(kmask, weights, 0.0)
 
     diag = tl.sum(tl.where(kk[:, None] == kk[None, :], cross, 0.0), 1)
-    if METHOD == DVAO:
-        weighted_energy = diag
-        combine = tl.where(kmask, 1.0, 0.0)
-    elif METHOD == GRPO:
-        weighted_energy = weights * weights * energy
-        combine = tl.where(first, 1.0, 0.0)
-    else:
-        weighted_energy = weights * weights * energy
-        combine = weights
+    weighted_energy = tl.where(method == DVAO, diag, weights * weights * energy)
+    combine = tl.where(method == DVAO, tl.where(kmask, 1.0, 0.0),
+                       tl.where(method == GRPO, tl.where(first, 1.0, 0.0), weights))
     combine = tl.where(cmask, combine, 0.0)
 
     s1 = tl.sum(combine * signal, 0)
     s2 = tl.sum(tl.sum(combine[:, None] * combine[None, :] * cross, 1), 0)
-    if BATCH_NORM == 2:
-        t1 = tl.sum(combine * token_signal, 0)
-        t2 = tl.sum(tl.sum(combine[:, None] * combine[None, :] * token_cross, 1), 0)
-        mean = tl.where(token_total > 0.0, t1 / tl.maximum(token_total, 1e-300), 0.0)
-        var = tl.where(token_total > 1.0,
-                       tl.maximum(t2 - token_total * mean * mean, 0.0) / tl.maximum(token_total - 1.0, 1e-300), 0.0)
-        std = tl.sqrt(var)
-        shift = mean
-        scale = 1.0 / tl.sqrt(var + bn_eps)
-    else:
-        mean = tl.where(rows > 0.0, s1 / tl.maximum(rows, 1.0), 0.0)
-        std = tl.where(rows >= 2.0,
-                       tl.sqrt(tl.maximum(s2 - rows * mean * mean, 0.0) / tl.maximum(rows - 1.0, 1.0)), 0.0)
-        if BATCH_NORM == 1:
-            shift = mean
-            scale = 1.0 / (std + bn_eps)
-        else:
-            shift = mean * 0.0
-            scale = shift + 1.0
+    t1 = tl.sum(combine * token_signal, 0)
+    t2 = tl.sum(tl.sum(combine[:, None] * combine[None, :] * token_cross, 1), 0)
+    token_mean = tl.where(token_total > 0.0, t1 / tl.where(token_total > 0.0, token_total, 1.0), 0.0)
+    token_var = tl.where(token_total > 1.0, tl.maximum(t2 - token_total * token_mean * token_mean, 0.0)
+                         / tl.where(token_total > 1.0, token_total - 1.0, 1.0), 0.0)
+    response_mean = tl.where(rows > 0.0, s1 / tl.maximum(rows, 1.0), 0.0)
+    response_std = tl.where(rows >= 2.0, tl.sqrt(tl.maximum(s2 - rows * response_mean * response_mean, 0.0)
+                                                 / tl.maximum(rows - 1.0, 1.0)), 0.0)
+    by_token = batch_norm == BATCH_NORM_TOKEN
+    mean = tl.where(by_token, token_mean, response_mean)
+    std = tl.where(by_token, tl.sqrt(token_var), response_std)
+    shift = tl.where(by_token | (batch_norm == BATCH_NORM_RESPONSE), mean, 0.0)
+    scale = tl.where(by_token, 1.0 / tl.sqrt(token_var + bn_eps),
+                     tl.where(batch_norm == BATCH_NORM_RESPONSE, 1.0 / (response_std + bn_eps), 1.0))
 
     tl.store(density_ptr + kk, density.to(tl.float32), mask=kmask)
     tl.store(weights_ptr + kk, weights.to(tl.float32), mask=kmask)

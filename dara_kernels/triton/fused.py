@@ -1,35 +1,64 @@
 """The Triton backend: accumulate -> (all-reduce) -> finalize -> apply, three
-launches, no host synchronisation (group counts stay on the device)."""
+launches, no host synchronisation (group counts stay on the device).
+
+Every launch goes through a `Launcher`, so scripts/check_triton_compiles.py
+can record exactly the kernels, argument types and constexprs the op would
+launch (on meta tensors) and compile them ahead of time for a GPU target."""
 from __future__ import annotations
 
-import os
+from typing import Callable
 
 import torch
 import triton
 
-from .._ops import accumulator_sizes
-from ..options import BATCH_NORM_CODE, METHOD_CODE, AdvantageOptions
+from ..options import AdvantageOptions
 from ..output import AdvantageOutput
 from ..validation import PreparedInputs
+from ..wire import BATCH_NORM_CODE, METHOD_CODE, accumulator_sizes, combined_columns
 from .accumulate import accumulate_kernel
 from .apply import apply_kernel
 from .finalize import finalize_kernel
 from .layout import DeviceLayout, device_layout
 
-BLOCK_R = 16
-BLOCK_T = 64
+# Accumulate runs 2 warps per program (8 for 16 columns): its loop-carried
+# batch sums are replicated per thread, and at 4 warps ptxas spilled some
+# variants. With at most 128 registers per thread (enforced by
+# scripts/check_triton_compiles.py) eight 2-warp programs stay resident per SM,
+# and each still walks many groups.
+PROGRAMS_PER_SM = 8
+# Rows per tile: the accumulate tile keeps a [rows, K, K] outer product live,
+# so rows shrink as K grows to hold it near 256 values.
+TILE_VALUES = 256
+MAX_BLOCK_R = 16
+# The interpreter runs programs one after another; two still exercise the
+# cross-program reduction.
+INTERPRETER_PROGRAMS = 2
+
+Launcher = Callable[..., None]
+
+
+def launch(kernel, grid, *args, **constexprs) -> None:
+    kernel[grid](*args, **constexprs)
 
 
 def _programs(layout: DeviceLayout, device: torch.device) -> int:
     if device.type == "cuda":
-        target = torch.cuda.get_device_properties(device).multi_processor_count * 8
+        target = torch.cuda.get_device_properties(device).multi_processor_count * PROGRAMS_PER_SM
     else:
-        target = 2  # the interpreter runs programs one after another
+        target = INTERPRETER_PROGRAMS
     return max(1, min(target, layout.max_groups))
 
 
-def _block_k(k: int) -> int:
+def block_k(k: int) -> int:
     return max(2, triton.next_power_of_2(k))
+
+
+def accumulate_warps(k: int) -> int:
+    return 8 if block_k(k) >= 16 else 2
+
+
+def block_r(k: int) -> int:
+    return max(2, min(MAX_BLOCK_R, TILE_VALUES // block_k(k) ** 2))
 
 
 def _token_weights(inputs: PreparedInputs, opts: AdvantageOptions):
@@ -40,60 +69,66 @@ def _token_weights(inputs: PreparedInputs, opts: AdvantageOptions):
     return inputs.response_lengths
 
 
-def _flags(opts: AdvantageOptions, inputs: PreparedInputs) -> dict:
-    return dict(
-        COMBINED=opts.method == "grpo", GROUP_WEIGHTED=opts.method == "dvao",
-        DROPS=opts.method == "gd2po_hard", NAN_TO_ZERO=opts.nan_policy == "zero",
-        HAS_INDEX=inputs.group_index is not None,
-    )
+def _method_flags(opts: AdvantageOptions) -> tuple[int, int, int]:
+    """(combined, group_weighted, drops): the method's shape in the row formulas."""
+    return int(opts.method == "grpo"), int(opts.method == "dvao"), int(opts.method == "gd2po_hard")
 
 
-def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions):
+def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, run: Launcher):
     rewards = inputs.rewards
     n, k = rewards.shape
+    c = combined_columns(opts.method, k)
     device = rewards.device
     layout = device_layout(rewards, inputs.group_size, inputs.group_index)
     programs = _programs(layout, device)
-    m, e = accumulator_sizes(k, opts.method == "grpo")
+    m, e = accumulator_sizes(k, c)
     groups = max(layout.max_groups, 1)
+    combined, group_weighted, drops = _method_flags(opts)
     f32 = dict(dtype=torch.float32, device=device)
     table = dict(
         mean=torch.empty(groups * k, **f32), scale=torch.empty(groups * k, **f32),
-        weight=torch.empty(groups * k if opts.method == "dvao" else 1, **f32),
-        sum_stats=torch.empty(2 * groups if opts.method == "grpo" else 2, **f32),
+        weight=torch.empty(groups * k if group_weighted else 1, **f32),
+        sum_stats=torch.empty(2 * groups if combined else 2, **f32),
         kappa=torch.empty(groups, **f32),
     )
     partial = torch.empty(programs, m, dtype=torch.float64, device=device)
     extrema = torch.empty(programs, e, dtype=torch.float64, device=device)
     token = _token_weights(inputs, opts)
-    dummy = layout.num_groups
-    accumulate_kernel[(programs,)](
-        rewards, layout.rows if layout.rows is not None else dummy,
-        layout.offsets if layout.offsets is not None else dummy, layout.num_groups,
-        inputs.reward_weights, token if token is not None else dummy,
+    unused = layout.num_groups
+    # An unused pointer of the token weights' own dtype: one kernel variant either way.
+    no_token = torch.empty(0, dtype=torch.float64, device=device)
+    run(accumulate_kernel, (programs,),
+        rewards, layout.rows if layout.rows is not None else unused,
+        layout.offsets if layout.offsets is not None else unused, layout.num_groups,
+        inputs.reward_weights, token if token is not None else no_token,
         table["mean"], table["scale"], table["weight"], table["sum_stats"], table["kappa"], partial, extrema,
-        k, layout.group_size, m, opts.eps, opts.active_tol,
-        HAS_TOKEN=token is not None, RAW=opts.method in ("saw", "sa_mrpo"), UNBIASED=opts.unbiased,
-        SCALE_BY_STD=opts.scale_by_std, SINGLETON_VERL=opts.singleton == "verl",
-        BLOCK_R=BLOCK_R, BLOCK_K=_block_k(k), **_flags(opts, inputs),
-    )
+        k, c, layout.group_size, opts.eps, opts.active_tol,
+        int(token is not None), combined, group_weighted, drops, int(opts.method in ("saw", "sa_mrpo")),
+        int(opts.nan_policy == "zero"), int(opts.unbiased), int(opts.scale_by_std), int(opts.singleton == "verl"),
+        HAS_INDEX=inputs.group_index is not None, BLOCK_R=block_r(k), BLOCK_K=block_k(k),
+        num_warps=accumulate_warps(k))
     return layout, table, partial, extrema
 
 
-def accumulate_triton(inputs: PreparedInputs, opts: AdvantageOptions):
-    _, _, partial, extrema = _run_accumulate(inputs, opts)
+def accumulate_triton(inputs: PreparedInputs, opts: AdvantageOptions, run: Launcher = launch):
+    _, _, partial, extrema = _run_accumulate(inputs, opts, run)
     return partial.sum(0), extrema.amax(0)
 
 
 def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions,
-                           accumulators=None, extrema=None) -> AdvantageOutput:
+                           accumulators=None, extrema=None, run: Launcher = launch) -> AdvantageOutput:
     rewards = inputs.rewards
     n, k = rewards.shape
+    c = combined_columns(opts.method, k)
     device = rewards.device
-    layout, table, partial, local_extrema = _run_accumulate(inputs, opts)
+    layout, table, partial, local_extrema = _run_accumulate(inputs, opts, run)
     if accumulators is not None:
+        m, e = accumulator_sizes(k, c)
+        if accumulators.numel() != m or extrema is None or extrema.numel() != e:
+            raise ValueError(f"accumulators must have {m} elements and extrema {e} for K={k}, "
+                             f"method={opts.method!r}; got {accumulators.numel()} and "
+                             f"{None if extrema is None else extrema.numel()}")
         partial, local_extrema = accumulators.view(1, -1), extrema.view(1, -1)
-    c = 1 if opts.method == "grpo" else k
     f32 = dict(dtype=torch.float32, device=device)
     density, weights = torch.empty(k, **f32), torch.empty(k, **f32)
     energy, weighted_energy = torch.empty(k, **f32), torch.empty(k, **f32)
@@ -102,31 +137,32 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions,
     batch_mean, batch_std = torch.empty((), **f32), torch.empty((), **f32)
     affine = torch.empty(c + 2, dtype=torch.float64, device=device)
     bounds = inputs.reward_bounds
-    finalize_kernel[(1,)](
-        partial, local_extrema, partial.shape[0], partial.shape[1], k, inputs.reward_weights,
+    run(finalize_kernel, (1,),
+        partial, local_extrema, partial.shape[0], k, c, inputs.reward_weights,
         bounds if bounds is not None else affine,
         density, weights, energy, weighted_energy, active, num_groups, batch_mean, batch_std, affine,
         opts.alpha, opts.density_floor, opts.saw_delta, opts.sa_gamma, opts.bn_eps,
-        METHOD=METHOD_CODE[opts.method], BATCH_NORM=BATCH_NORM_CODE[opts.batch_norm],
-        HAS_BOUNDS=bounds is not None, BLOCK_K=_block_k(k),
-    )
+        METHOD_CODE[opts.method], BATCH_NORM_CODE[opts.batch_norm], int(bounds is not None),
+        BLOCK_K=block_k(k))
 
     advantages = torch.empty(n, **f32)
     keep = torch.empty(n, dtype=torch.bool, device=device)
     query_scale = torch.empty(n, **f32)
-    mask = inputs.response_mask
-    t = mask.shape[1] if mask is not None else 0
-    token_advantages = torch.empty((n, t), **f32) if mask is not None else None
-    dummy = layout.num_groups
-    apply_kernel[(_programs(layout, device),)](
-        rewards, layout.rows if layout.rows is not None else dummy,
-        layout.offsets if layout.offsets is not None else dummy, layout.num_groups, inputs.reward_weights,
+    combined, group_weighted, drops = _method_flags(opts)
+    unused = layout.num_groups
+    run(apply_kernel, (_programs(layout, device),),
+        rewards, layout.rows if layout.rows is not None else unused,
+        layout.offsets if layout.offsets is not None else unused, layout.num_groups, inputs.reward_weights,
         table["mean"], table["scale"], table["weight"], table["sum_stats"], table["kappa"], affine,
-        mask if mask is not None else dummy, advantages, keep, query_scale,
-        token_advantages if token_advantages is not None else dummy,
-        k, c, t, layout.group_size,
-        HAS_MASK=mask is not None, QUERY_SCALE=opts.apply_query_scale,
-        BLOCK_R=BLOCK_R, BLOCK_K=_block_k(k), BLOCK_T=BLOCK_T, **_flags(opts, inputs),
-    )
-    return AdvantageOutput(advantages, token_advantages, density, weights, energy, weighted_energy,
-                           active, num_groups, batch_mean, batch_std, keep, query_scale)
+        advantages, keep, query_scale,
+        k, c, layout.group_size, combined, group_weighted, drops, int(opts.nan_policy == "zero"),
+        int(opts.apply_query_scale),
+        HAS_INDEX=inputs.group_index is not None, BLOCK_R=block_r(k), BLOCK_K=block_k(k))
+    token_advantages = None
+    if inputs.response_mask is not None:
+        mask = inputs.response_mask
+        token_advantages = torch.mul(advantages.unsqueeze(1), mask, out=torch.empty(mask.shape, **f32))
+    return AdvantageOutput(
+        advantages=advantages, token_advantages=token_advantages, density=density, weights=weights,
+        energy=energy, weighted_energy=weighted_energy, active_groups=active, num_groups=num_groups,
+        batch_mean=batch_mean, batch_std=batch_std, keep=keep, query_scale=query_scale)

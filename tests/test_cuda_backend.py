@@ -63,3 +63,19 @@ def test_bf16_large_batch(backend):
     out = dk.fused_advantage(rewards.cuda(), 16, backend=backend)
     ref = dk.fused_advantage(rewards, 16, backend="reference")
     assert_matches(out, ref, TOLERANCES[backend][torch.bfloat16], "bf16 1M")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_two_to_the_24_rows(layout):
+    """2^24 rows: past every 32-bit index of a [N, K] float tensor, against the reference on the GPU."""
+    n, k, g = 1 << 24, 4, 16
+    gen = torch.Generator(device="cuda").manual_seed(24)
+    p = torch.tensor([0.02, 0.3, 0.6, 0.97], device="cuda")
+    rewards = (torch.rand(n, k, device="cuda", generator=gen) < p).float()
+    if layout == "fixed":
+        kwargs = {"group_size": g}
+    else:
+        kwargs = {"group_index": torch.randperm(n, device="cuda", generator=gen) // g}
+    out = dk.fused_advantage(rewards, backend="cuda", **kwargs)
+    ref = dk.fused_advantage(rewards, backend="reference", **kwargs)
+    assert_matches(out, ref, TOLERANCES["cuda"][torch.float32], f"2^24 rows {layout}")

@@ -88,7 +88,6 @@ Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_
   } else {
     TORCH_CHECK(group_size >= 1 && n % group_size == 0, "dara: group_size must divide N");
     p.max_groups = n / group_size;
-    p.num_groups = at::full({}, p.max_groups, i64);
   }
   if (response_mask.has_value()) {
     TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
@@ -113,7 +112,8 @@ Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_
                             o.combined_column() ? 1 : static_cast<int>(K), group_index.has_value() ? 0 : group_size,
                             p.rows.defined() ? p.rows.data_ptr<int64_t>() : nullptr,
                             p.offsets.defined() ? p.offsets.data_ptr<int64_t>() : nullptr,
-                            p.num_groups.data_ptr<int64_t>(), p.base.data_ptr<double>(),
+                            p.num_groups.defined() ? p.num_groups.data_ptr<int64_t>() : nullptr,
+                            group_index.has_value() ? 0 : p.max_groups, p.base.data_ptr<double>(),
                             p.token_weights.defined() ? p.token_weights.data_ptr<double>() : nullptr,
                             p.bounds.defined() ? p.bounds.data_ptr<double>() : nullptr, o};
   return p;
@@ -126,7 +126,7 @@ struct Launch {
   int blocks;
 };
 
-Launch plan(const Prepared& p) {
+Launch plan(const Prepared& p, cudaStream_t stream) {
   const int K = p.problem.K, C = p.problem.C;
   const AccumulatorLayout L{K, C};
   Launch l;
@@ -142,7 +142,9 @@ Launch plan(const Prepared& p) {
   l.kappa = at::empty({groups}, f32);
   l.partial = at::empty({l.blocks, L.size()}, f64);
   l.partial_extrema = at::empty({l.blocks, L.extrema_size()}, f64);
-  l.counter = at::zeros({1}, p.rewards.options().dtype(at::kInt));
+  // A memset rather than at::zeros' fill kernel: with the two kernels, the only device work of a call.
+  l.counter = at::empty({1}, p.rewards.options().dtype(at::kInt));
+  check(cudaMemsetAsync(l.counter.data_ptr<int>(), 0, sizeof(int), stream));
   l.acc = at::empty({L.size()}, f64);
   l.extrema = at::empty({L.extrema_size()}, f64);
   l.table = cuda::Table{l.mean.data_ptr<float>(), l.scale.data_ptr<float>(), l.weight.data_ptr<float>(),
@@ -160,9 +162,9 @@ std::tuple<at::Tensor, at::Tensor> accumulate_cuda(const at::Tensor& rewards, co
   const c10::cuda::CUDAGuard guard(rewards.device());
   Prepared p = prepare(rewards, group_index, group_size, reward_weights, response_mask, response_lengths,
                        std::nullopt, options);
-  Launch l = plan(p);
-  check(cuda::launch_accumulate(p.problem, l.table, l.reduction, cuda::Results{}, l.blocks,
-                                c10::cuda::getCurrentCUDAStream()));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  Launch l = plan(p, stream);
+  check(cuda::launch_accumulate(p.problem, l.table, l.reduction, cuda::Results{}, l.blocks, stream));
   return {l.acc, l.extrema};
 }
 
@@ -177,7 +179,8 @@ AdvantageTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& 
   const c10::cuda::CUDAGuard guard(rewards.device());
   Prepared p = prepare(rewards, group_index, group_size, reward_weights, response_mask, response_lengths,
                        reward_bounds, options);
-  Launch l = plan(p);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  Launch l = plan(p, stream);
   const int64_t n = rewards.size(0), K = p.problem.K;
   auto f32 = rewards.options().dtype(at::kFloat);
   auto i64 = rewards.options().dtype(at::kLong);
@@ -208,7 +211,6 @@ AdvantageTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& 
                               num_groups.data_ptr<int64_t>(), batch_mean.data_ptr<float>(),
                               batch_std.data_ptr<float>(), affine.data_ptr<double>(),
                               affine.data_ptr<double>() + p.problem.C};
-  auto stream = c10::cuda::getCurrentCUDAStream();
   check(cuda::launch_accumulate(p.problem, l.table, l.reduction, results, l.blocks, stream));
 
   at::Tensor advantages = at::empty({n}, f32);

@@ -35,7 +35,7 @@ create_venv() {
 }
 
 install_dependencies() {
-  "$PY" -m pip install -q "$TORCH_SPEC" numpy pytest triton ninja
+  "$PY" -m pip install -q "$TORCH_SPEC" numpy pytest triton ninja pyyaml
   "$PY" -c "import torch, sys; sys.exit(0 if torch.version.cuda else 'torch ' + torch.__version__ + ' has no CUDA')"
 }
 
@@ -88,8 +88,8 @@ run_tests() {
 }
 
 if [ ! -x "$PY" ]; then timed "create $VENV" create_venv; fi
-if ! "$PY" -c "import torch, numpy, pytest, triton, ninja; assert torch.version.cuda" 2>/dev/null; then
-  timed "install $TORCH_SPEC numpy pytest triton ninja" install_dependencies
+if ! "$PY" -c "import torch, numpy, pytest, triton, ninja, yaml; assert torch.version.cuda" 2>/dev/null; then
+  timed "install $TORCH_SPEC numpy pytest triton ninja pyyaml" install_dependencies
 fi
 timed "copy the checkout to $SRC" copy_checkout
 timed "build with the CUDA extension (MAX_JOBS=${MAX_JOBS:-2})" build

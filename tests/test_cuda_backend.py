@@ -79,3 +79,21 @@ def test_two_to_the_24_rows(layout):
     out = dk.fused_advantage(rewards, backend="cuda", **kwargs)
     ref = dk.fused_advantage(rewards, backend="reference", **kwargs)
     assert_matches(out, ref, TOLERANCES["cuda"][torch.float32], f"2^24 rows {layout}")
+
+
+def test_binding_rejects_what_it_cannot_run():
+    """K past the kernels' limit (which Python can read first) and all-reduced
+    accumulators of the wrong size fail with the sizes in the message."""
+    from dara_kernels.options import resolve_options
+
+    options = resolve_options("dara", None).kernel_vector()
+    limit = torch.ops.dara.cuda_max_rewards()
+    too_wide = torch.rand(32, limit + 1, device="cuda")
+    weights = torch.ones(limit + 1, dtype=torch.float64, device="cuda")
+    with pytest.raises(RuntimeError, match=f"1 to {limit} reward columns"):
+        torch.ops.dara.fused_advantage(too_wide, None, 16, weights, None, None, None, None, None, options)
+    rewards = torch.rand(32, 3, device="cuda")
+    accumulators, extrema = torch.ops.dara.accumulate(rewards, None, 16, weights[:3], None, None, options)
+    with pytest.raises(RuntimeError, match=f"accumulators must have {accumulators.numel()} elements"):
+        torch.ops.dara.fused_advantage(rewards, None, 16, weights[:3], None, None, None, accumulators[:-1], extrema,
+                                       options)

@@ -60,7 +60,16 @@ export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 
 run_step build 200 240 "$OUT/build.log" \
   env DARA_BUILD_CUDA=1 "$PY" setup.py build_ext --inplace
-"$PY" -c "import torch, dara_kernels as dk; print('cuda backend:', dk.unavailable_reason('cuda', torch.device('cuda')) or 'available', '| triton backend:', dk.unavailable_reason('triton', torch.device('cuda')) or 'available', '| CUDA max K:', torch.ops.dara.cuda_max_rewards())"
+# Every later step needs the CUDA build: without it the GPU tests would only skip.
+if ! "$PY" -c "
+import torch, dara_kernels as dk
+reason = dk.unavailable_reason('cuda', torch.device('cuda'))
+assert reason is None, reason
+print('cuda backend available, max K', torch.ops.dara.cuda_max_rewards(), '| triton backend:',
+      dk.unavailable_reason('triton', torch.device('cuda')) or 'available')"; then
+  log "the CUDA backend did not build or load: see $OUT/build.log"
+  exit 1
+fi
 
 run_step tests 200 100 "$OUT/tests.log" \
   env DARA_REQUIRE_EXTENSION=1 "$PY" -m pytest -q -p no:cacheprovider --durations=10 \

@@ -57,6 +57,8 @@ arch=$("$PY" -c "import torch; print('%d.%d' % torch.cuda.get_device_capability(
 }
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-$arch}
 export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+# torch guesses CUDA_HOME from the nvcc on PATH, wrong when that is a link in /usr/local/bin.
+if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then export CUDA_HOME=/usr/local/cuda; fi
 
 run_step build 200 240 "$OUT/build.log" \
   env DARA_BUILD_CUDA=1 "$PY" setup.py build_ext --inplace

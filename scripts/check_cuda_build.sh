@@ -20,36 +20,40 @@ SRC="$VENV/dara-src"
 total_start=$(date +%s)
 
 log() { echo "[dara cuda-build] $*" >&2; }
+# Steps run as `if` conditions, where bash ignores set -e: each step's status is its last command's.
 timed() {
-  local name=$1 t0
+  local name=$1 t0 status
   shift
   t0=$(date +%s)
   log "$name ..."
-  "$@"
-  log "$name: $(( $(date +%s) - t0 ))s"
+  if "$@"; then
+    log "$name: $(( $(date +%s) - t0 ))s"
+  else
+    status=$?
+    log "$name: FAILED (exit $status) after $(( $(date +%s) - t0 ))s"
+    exit "$status"
+  fi
 }
 
 create_venv() {
-  python3 -m venv "$VENV"
-  "$PY" -m pip install -q --upgrade pip setuptools wheel
+  python3 -m venv "$VENV" && "$PY" -m pip install -q --upgrade pip setuptools wheel
 }
 
 install_dependencies() {
-  "$PY" -m pip install -q "$TORCH_SPEC" numpy pytest triton ninja pyyaml
-  "$PY" -c "import torch, sys; sys.exit(0 if torch.version.cuda else 'torch ' + torch.__version__ + ' has no CUDA')"
+  "$PY" -m pip install -q "$TORCH_SPEC" numpy pytest triton ninja pyyaml && "$PY" -c "import torch, sys; sys.exit(0 if torch.version.cuda else 'torch ' + torch.__version__ + ' has no CUDA')"
 }
 
 copy_checkout() {
-  rm -rf "$SRC"
-  mkdir -p "$SRC"
+  rm -rf "$SRC" && mkdir -p "$SRC" || return
   # Tracked files deleted in the work tree are skipped (--ignore-failed-read), as a commit would drop them.
   git ls-files -z --cached --others --exclude-standard \
     | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$SRC"
 }
 
 build() {
-  # TORCH_CUDA_ARCH_LIST stays unset so setup.py's GPU-less default (8.0;9.0+PTX) is what gets checked.
-  (cd "$SRC" && DARA_BUILD_CUDA=1 MAX_JOBS=${MAX_JOBS:-2} "$PY" -m pip install -q --no-build-isolation --no-deps -e .)
+  # As on a GPU-less machine, whatever this one has: setup.py's default architectures are what gets checked.
+  (cd "$SRC" && env -u TORCH_CUDA_ARCH_LIST CUDA_VISIBLE_DEVICES= DARA_BUILD_CUDA=1 MAX_JOBS="${MAX_JOBS:-2}" \
+    "$PY" -m pip install -q --no-build-isolation --no-deps -e .)
 }
 
 check_registration() {

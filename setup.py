@@ -8,6 +8,19 @@ import sys
 from setuptools import setup
 
 
+# sm_80 (A100), sm_90 (H100/H200) and PTX that newer GPUs compile at load time.
+DEFAULT_CUDA_ARCH_LIST = "8.0;9.0+PTX"
+
+
+def default_gpu_architectures(torch):
+    """torch targets the visible GPUs when TORCH_CUDA_ARCH_LIST is unset, and
+    crashes when there are none (a GPU-less build machine)."""
+    if os.environ.get("TORCH_CUDA_ARCH_LIST") or torch.cuda.device_count() > 0:
+        return
+    os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_CUDA_ARCH_LIST
+    print(f"dara-kernels: no GPU visible and TORCH_CUDA_ARCH_LIST unset; building for {DEFAULT_CUDA_ARCH_LIST}")
+
+
 def extensions():
     if os.environ.get("DARA_NO_EXTENSION") == "1":
         return [], {}
@@ -31,8 +44,13 @@ def extensions():
         build_cuda is None and torch.version.cuda is not None and cpp_extension.CUDA_HOME is not None
     )
     if use_cuda:
+        if torch.version.cuda is None or cpp_extension.CUDA_HOME is None:
+            raise SystemExit(
+                f"DARA_BUILD_CUDA=1 needs a CUDA torch and the CUDA toolkit: torch {torch.__version__} "
+                f"(CUDA {torch.version.cuda}), CUDA_HOME {cpp_extension.CUDA_HOME}.")
+        default_gpu_architectures(torch)
         sources += sorted(glob.glob("csrc/cuda/*.cu")) + sorted(glob.glob("csrc/cuda/*.cpp"))
-        flags["nvcc"] = ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]
+        flags["nvcc"] = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
         flags["cxx"] = cxx + ["-DDARA_WITH_CUDA"]
         ext = cpp_extension.CUDAExtension
     else:

@@ -63,3 +63,37 @@ def test_bf16_large_batch(backend):
     out = dk.fused_advantage(rewards.cuda(), 16, backend=backend)
     ref = dk.fused_advantage(rewards, 16, backend="reference")
     assert_matches(out, ref, TOLERANCES[backend][torch.bfloat16], "bf16 1M")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_two_to_the_24_rows(layout):
+    """2^24 rows: past every 32-bit index of a [N, K] float tensor, against the reference on the GPU."""
+    n, k, g = 1 << 24, 4, 16
+    gen = torch.Generator(device="cuda").manual_seed(24)
+    p = torch.tensor([0.02, 0.3, 0.6, 0.97], device="cuda")
+    rewards = (torch.rand(n, k, device="cuda", generator=gen) < p).float()
+    if layout == "fixed":
+        kwargs = {"group_size": g}
+    else:
+        kwargs = {"group_index": torch.randperm(n, device="cuda", generator=gen) // g}
+    out = dk.fused_advantage(rewards, backend="cuda", **kwargs)
+    ref = dk.fused_advantage(rewards, backend="reference", **kwargs)
+    assert_matches(out, ref, TOLERANCES["cuda"][torch.float32], f"2^24 rows {layout}")
+
+
+def test_binding_rejects_what_it_cannot_run():
+    """K past the kernels' limit (which Python can read first) and all-reduced
+    accumulators of the wrong size fail with the sizes in the message."""
+    from dara_kernels.options import resolve_options
+
+    options = resolve_options("dara", None).kernel_vector()
+    limit = torch.ops.dara.cuda_max_rewards()
+    too_wide = torch.rand(32, limit + 1, device="cuda")
+    weights = torch.ones(limit + 1, dtype=torch.float64, device="cuda")
+    with pytest.raises(RuntimeError, match=f"1 to {limit} reward columns"):
+        torch.ops.dara.fused_advantage(too_wide, None, 16, weights, None, None, None, None, None, options)
+    rewards = torch.rand(32, 3, device="cuda")
+    accumulators, extrema = torch.ops.dara.accumulate(rewards, None, 16, weights[:3], None, None, options)
+    with pytest.raises(RuntimeError, match=f"accumulators must have {accumulators.numel()} elements"):
+        torch.ops.dara.fused_advantage(rewards, None, 16, weights[:3], None, None, None, accumulators[:-1], extrema,
+                                       options)

@@ -1,9 +1,13 @@
 // Registers the CUDA kernels as the CUDA implementation of dara::fused_advantage
-// and dara::accumulate. Built only when torch has CUDA. Nothing here reads a
+// and dara::accumulate, and dara::cuda_max_rewards() so Python knows the K
+// limit before launching. Built only when torch has CUDA. Nothing here reads a
 // device value on the host, so the op can be captured in a CUDA graph.
+// Only c10/cuda headers: ATen/cuda/CUDAContext.h pulls in cuBLAS/cuSPARSE
+// headers, which a CUDA toolkit without those libraries lacks.
 #include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -37,14 +41,31 @@ struct Prepared {
   int64_t max_groups;
 };
 
+void check(cudaError_t status) { TORCH_CHECK(status == cudaSuccess, "dara CUDA kernel: ", cudaGetErrorString(status)); }
+
+// The kernels read every input through a raw device pointer.
+void check_on_device(const at::Tensor& t, const at::Tensor& rewards, const char* name) {
+  TORCH_CHECK(t.device() == rewards.device(), "dara: ", name, " must be on ", rewards.device(), " like rewards, got ",
+              t.device());
+}
+
+int multiprocessor_count(c10::DeviceIndex device) {
+  int count = 0;
+  check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
 Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
                  const at::Tensor& reward_weights, const OptTensor& response_mask, const OptTensor& response_lengths,
                  const OptTensor& reward_bounds, at::ArrayRef<double> options) {
-  TORCH_CHECK(options.size() == kNumOptions, "dara: expected ", kNumOptions, " options");
+  TORCH_CHECK(options.size() == kNumOptions, "dara: expected ", kNumOptions, " options, got ", options.size());
   TORCH_CHECK(rewards.dim() == 2 && rewards.is_cuda(), "dara: rewards must be a [N, K] CUDA tensor");
   const int64_t n = rewards.size(0), K = rewards.size(1);
   TORCH_CHECK(K >= 1 && K <= cuda::kMaxCudaRewards, "dara: the CUDA backend supports 1 to ",
               cuda::kMaxCudaRewards, " reward columns, got ", K);
+  TORCH_CHECK(reward_weights.numel() == K, "dara: reward_weights must have K = ", K, " elements, got ",
+              reward_weights.numel());
+  check_on_device(reward_weights, rewards, "reward_weights");
   Prepared p;
   p.rewards = rewards.contiguous();
   p.base = reward_weights.to(at::kDouble).contiguous();
@@ -52,6 +73,7 @@ Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_
   auto i64 = rewards.options().dtype(at::kLong);
   if (group_index.has_value()) {
     TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
+    check_on_device(*group_index, rewards, "group_index");
     auto sorted = at::sort(group_index->to(at::kLong), /*stable=*/true, /*dim=*/0, /*descending=*/false);
     at::Tensor ids = std::get<0>(sorted);
     p.rows = std::get<1>(sorted).contiguous();
@@ -65,18 +87,32 @@ Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_
   } else {
     TORCH_CHECK(group_size >= 1 && n % group_size == 0, "dara: group_size must divide N");
     p.max_groups = n / group_size;
-    p.num_groups = at::full({}, p.max_groups, i64);
+  }
+  if (response_mask.has_value()) {
+    TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
+    check_on_device(*response_mask, rewards, "response_mask");
+  }
+  if (response_lengths.has_value()) {
+    TORCH_CHECK(response_lengths->numel() == n, "dara: response_lengths must have N elements");
+    check_on_device(*response_lengths, rewards, "response_lengths");
   }
   if (o.batch_norm == kTokenNorm) {
+    TORCH_CHECK(response_mask.has_value() || response_lengths.has_value(),
+                "dara: token batch norm needs response_mask or response_lengths");
     p.token_weights = response_mask.has_value() ? response_mask->sum(1, false, at::kDouble).contiguous()
                                                 : response_lengths.value().to(at::kDouble).contiguous();
   }
-  if (reward_bounds.has_value()) p.bounds = reward_bounds->to(at::kDouble).contiguous();
+  if (reward_bounds.has_value()) {
+    TORCH_CHECK(reward_bounds->numel() == 2 * K, "dara: reward_bounds must be [K, 2], got ", reward_bounds->sizes());
+    check_on_device(*reward_bounds, rewards, "reward_bounds");
+    p.bounds = reward_bounds->to(at::kDouble).contiguous();
+  }
   p.problem = cuda::Problem{p.rewards.data_ptr(), dtype_of(p.rewards.scalar_type()), static_cast<int>(K),
                             o.combined_column() ? 1 : static_cast<int>(K), group_index.has_value() ? 0 : group_size,
                             p.rows.defined() ? p.rows.data_ptr<int64_t>() : nullptr,
                             p.offsets.defined() ? p.offsets.data_ptr<int64_t>() : nullptr,
-                            p.num_groups.data_ptr<int64_t>(), p.base.data_ptr<double>(),
+                            p.num_groups.defined() ? p.num_groups.data_ptr<int64_t>() : nullptr,
+                            group_index.has_value() ? 0 : p.max_groups, p.base.data_ptr<double>(),
                             p.token_weights.defined() ? p.token_weights.data_ptr<double>() : nullptr,
                             p.bounds.defined() ? p.bounds.data_ptr<double>() : nullptr, o};
   return p;
@@ -89,11 +125,11 @@ struct Launch {
   int blocks;
 };
 
-Launch plan(const Prepared& p) {
+Launch plan(const Prepared& p, cudaStream_t stream) {
   const int K = p.problem.K, C = p.problem.C;
   const AccumulatorLayout L{K, C};
   Launch l;
-  l.blocks = cuda::grid_blocks(p.max_groups, at::cuda::getCurrentDeviceProperties()->multiProcessorCount);
+  l.blocks = cuda::grid_blocks(p.max_groups, multiprocessor_count(p.rewards.get_device()));
   auto f32 = p.rewards.options().dtype(at::kFloat);
   auto f64 = p.rewards.options().dtype(at::kDouble);
   const int64_t groups = std::max<int64_t>(p.max_groups, 1);
@@ -105,7 +141,9 @@ Launch plan(const Prepared& p) {
   l.kappa = at::empty({groups}, f32);
   l.partial = at::empty({l.blocks, L.size()}, f64);
   l.partial_extrema = at::empty({l.blocks, L.extrema_size()}, f64);
-  l.counter = at::zeros({1}, p.rewards.options().dtype(at::kInt));
+  // A memset rather than at::zeros' fill kernel: with the two kernels, the only device work of a call.
+  l.counter = at::empty({1}, p.rewards.options().dtype(at::kInt));
+  check(cudaMemsetAsync(l.counter.data_ptr<int>(), 0, sizeof(int), stream));
   l.acc = at::empty({L.size()}, f64);
   l.extrema = at::empty({L.extrema_size()}, f64);
   l.table = cuda::Table{l.mean.data_ptr<float>(), l.scale.data_ptr<float>(), l.weight.data_ptr<float>(),
@@ -116,8 +154,6 @@ Launch plan(const Prepared& p) {
   return l;
 }
 
-void check(cudaError_t status) { TORCH_CHECK(status == cudaSuccess, "dara CUDA kernel: ", cudaGetErrorString(status)); }
-
 std::tuple<at::Tensor, at::Tensor> accumulate_cuda(const at::Tensor& rewards, const OptTensor& group_index,
                                                    int64_t group_size, const at::Tensor& reward_weights,
                                                    const OptTensor& response_mask, const OptTensor& response_lengths,
@@ -125,9 +161,9 @@ std::tuple<at::Tensor, at::Tensor> accumulate_cuda(const at::Tensor& rewards, co
   const c10::cuda::CUDAGuard guard(rewards.device());
   Prepared p = prepare(rewards, group_index, group_size, reward_weights, response_mask, response_lengths,
                        std::nullopt, options);
-  Launch l = plan(p);
-  check(cuda::launch_accumulate(p.problem, l.table, l.reduction, cuda::Results{}, l.blocks,
-                                at::cuda::getCurrentCUDAStream()));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  Launch l = plan(p, stream);
+  check(cuda::launch_accumulate(p.problem, l.table, l.reduction, cuda::Results{}, l.blocks, stream));
   return {l.acc, l.extrema};
 }
 
@@ -142,7 +178,8 @@ AdvantageTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& 
   const c10::cuda::CUDAGuard guard(rewards.device());
   Prepared p = prepare(rewards, group_index, group_size, reward_weights, response_mask, response_lengths,
                        reward_bounds, options);
-  Launch l = plan(p);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  Launch l = plan(p, stream);
   const int64_t n = rewards.size(0), K = p.problem.K;
   auto f32 = rewards.options().dtype(at::kFloat);
   auto i64 = rewards.options().dtype(at::kLong);
@@ -150,11 +187,21 @@ AdvantageTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& 
   at::Tensor weighted_energy = at::empty({K}, f32), active = at::empty({K}, i64);
   at::Tensor num_groups = at::empty({}, i64), batch_mean = at::empty({}, f32), batch_std = at::empty({}, f32);
   at::Tensor affine = at::empty({p.problem.C + 2}, rewards.options().dtype(at::kDouble));
+  // All-reduced accumulators and extrema (distributed) replace the local ones in finalize.
+  const AccumulatorLayout L{p.problem.K, p.problem.C};
   at::Tensor given_acc, given_ext;
   if (accumulators.has_value()) {
+    TORCH_CHECK(accumulators->numel() == L.size(), "dara: accumulators must have ", L.size(), " elements for K = ", K,
+                " and this method, got ", accumulators->numel());
+    check_on_device(*accumulators, rewards, "accumulators");
     given_acc = accumulators->to(at::kDouble).contiguous();
-    given_ext = extrema.value().to(at::kDouble).contiguous();
     l.reduction.given_accumulators = given_acc.data_ptr<double>();
+  }
+  if (extrema.has_value()) {
+    TORCH_CHECK(extrema->numel() == L.extrema_size(), "dara: extrema must have ", L.extrema_size(),
+                " elements for K = ", K, ", got ", extrema->numel());
+    check_on_device(*extrema, rewards, "extrema");
+    given_ext = extrema->to(at::kDouble).contiguous();
     l.reduction.given_extrema = given_ext.data_ptr<double>();
   }
   l.reduction.finalize = true;
@@ -163,7 +210,6 @@ AdvantageTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& 
                               num_groups.data_ptr<int64_t>(), batch_mean.data_ptr<float>(),
                               batch_std.data_ptr<float>(), affine.data_ptr<double>(),
                               affine.data_ptr<double>() + p.problem.C};
-  auto stream = at::cuda::getCurrentCUDAStream();
   check(cuda::launch_accumulate(p.problem, l.table, l.reduction, results, l.blocks, stream));
 
   at::Tensor advantages = at::empty({n}, f32);
@@ -184,7 +230,12 @@ AdvantageTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& 
           active, num_groups, batch_mean, batch_std, keep, query_scale};
 }
 
+int64_t cuda_max_rewards() { return cuda::kMaxCudaRewards; }
+
 }  // namespace
+
+// Takes no tensor, so it has one kernel for every dispatch key.
+TORCH_LIBRARY_FRAGMENT(dara, m) { m.def("cuda_max_rewards() -> int", &cuda_max_rewards); }
 
 TORCH_LIBRARY_IMPL(dara, CUDA, m) {
   m.impl("fused_advantage", &fused_advantage_cuda);

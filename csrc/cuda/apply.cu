@@ -9,6 +9,8 @@ namespace dara {
 namespace cuda {
 namespace {
 
+// Every row is scored in float with the same row_signal as accumulate's row
+// pass, from the same float table, so both agree on keep and scorable.
 template <int KT>
 __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutputs out) {
   constexpr int N = KT > 0 ? KT : kMaxCudaRewards;
@@ -16,9 +18,12 @@ __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutp
   const int C = p.C;
   const Options& o = p.options;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const double shift = affine[C], scale = affine[C + 1];
-  const int64_t groups = *p.num_groups;
-  double mean[N], sc[N], weight[N], r[N], reward_a[N], column_a[N];
+  float base[N], combine[N];
+  load_base<KT>(p, base);
+  for (int c = 0; c < C; ++c) combine[c] = static_cast<float>(affine[c]);
+  const float shift = static_cast<float>(affine[C]), scale = static_cast<float>(affine[C + 1]);
+  const int64_t groups = group_count(p);
+  float mean[N], sc[N], weight[N], r[N], reward_a[N], column_a[N];
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * warps + warp; g < groups;
        g += static_cast<int64_t>(gridDim.x) * warps) {
     int64_t begin, end;
@@ -26,38 +31,36 @@ __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutp
     for (int k = 0; k < K; ++k) {
       mean[k] = t.mean[g * K + k];
       sc[k] = t.scale[g * K + k];
-      weight[k] = o.group_weighted() ? t.weight[g * K + k] : 0.0;
+      weight[k] = o.group_weighted() ? t.weight[g * K + k] : 0.0f;
     }
-    GroupRef group{mean, sc, o.group_weighted() ? weight : nullptr, 0.0, 0.0};
+    GroupRefOf<float> group{mean, sc, o.group_weighted() ? weight : nullptr, 0.0f, 0.0f};
     if (o.combined_column()) {
       group.sum_mean = t.sum_stats[2 * g];
       group.sum_scale = t.sum_stats[2 * g + 1];
     }
-    const double kappa = t.kappa[g];
-    const double factor = (o.apply_query_scale ? kappa : 1.0) * scale;
+    const float kappa = t.kappa[g];
+    const float factor = (o.apply_query_scale ? kappa : 1.0f) * scale;
     for (int64_t chunk = begin; chunk < end; chunk += 32) {
       const int64_t i = chunk + lane;
       const bool here = i < end;
       const int64_t j = here ? row_at(p, i) : 0;
-      double value = 0.0;
+      float value = 0.0f;
       if (here) {
         load_row<KT>(p, j, K, r);
-        const RowSignal rs = row_signal<KT>(r, K, o, p.base, group, reward_a, column_a);
-        double s = 0.0;
-        for (int c = 0; c < C; ++c) s += affine[c] * column_a[c];
-        value = (rs.keep && rs.scorable) ? (s - shift) * factor : 0.0;
-        out.advantages[j] = static_cast<float>(value);
+        const RowSignal rs = row_signal<KT>(r, K, o, base, group, reward_a, column_a);
+        value = row_advantage<0>(rs, column_a, C, combine, shift, factor);
+        out.advantages[j] = value;
         out.keep[j] = rs.keep;
-        out.query_scale[j] = static_cast<float>(kappa);
+        out.query_scale[j] = kappa;
       }
       if (!out.token_advantages) continue;
       const int rows_here = static_cast<int>(end - chunk < 32 ? end - chunk : 32);
       for (int q = 0; q < rows_here; ++q) {
         const int64_t jq = __shfl_sync(0xffffffffu, j, q);
-        const float vq = static_cast<float>(__shfl_sync(0xffffffffu, value, q));
+        const float vq = __shfl_sync(0xffffffffu, value, q);
         for (int64_t col = lane; col < out.T; col += 32) {
           const int64_t at = jq * out.T + col;
-          out.token_advantages[at] = vq * static_cast<float>(load_as_double(out.mask, out.mask_dtype, at));
+          out.token_advantages[at] = vq * load_as_float(out.mask, out.mask_dtype, at);
         }
       }
     }

@@ -12,28 +12,29 @@
 namespace dara {
 namespace cuda {
 
-__device__ __forceinline__ double load_as_double(const void* base, DType dtype, int64_t i) {
+// Rows are read and scored in float: only group and batch sums need double.
+__device__ __forceinline__ float load_as_float(const void* base, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::kFloat32: return static_cast<double>(static_cast<const float*>(base)[i]);
-    case DType::kFloat64: return static_cast<const double*>(base)[i];
-    case DType::kFloat16: return static_cast<double>(__half2float(static_cast<const __half*>(base)[i]));
-    case DType::kBFloat16:
-      return static_cast<double>(__bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]));
+    case DType::kFloat32: return static_cast<const float*>(base)[i];
+    case DType::kFloat64: return static_cast<float>(static_cast<const double*>(base)[i]);
+    case DType::kFloat16: return __half2float(static_cast<const __half*>(base)[i]);
+    case DType::kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
     case DType::kBool:
-    case DType::kUInt8: return static_cast<double>(static_cast<const uint8_t*>(base)[i]);
-    case DType::kInt32: return static_cast<double>(static_cast<const int32_t*>(base)[i]);
-    case DType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DType::kUInt8: return static_cast<float>(static_cast<const uint8_t*>(base)[i]);
+    case DType::kInt32: return static_cast<float>(static_cast<const int32_t*>(base)[i]);
+    case DType::kInt64: return static_cast<float>(static_cast<const int64_t*>(base)[i]);
   }
-  return 0.0;
+  return 0.0f;
 }
 
-__device__ __forceinline__ double warp_sum(double v) {
+template <typename T>
+__device__ __forceinline__ T warp_sum(T v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
   return __shfl_sync(0xffffffffu, v, 0);
 }
 
-__device__ __forceinline__ double warp_max(double v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v = fmax(v, __shfl_down_sync(0xffffffffu, v, offset));
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, offset));
   return __shfl_sync(0xffffffffu, v, 0);
 }
 
@@ -47,13 +48,23 @@ __device__ __forceinline__ void group_range(const Problem& p, int64_t g, int64_t
   }
 }
 
+__device__ __forceinline__ int64_t group_count(const Problem& p) {
+  return p.num_groups ? *p.num_groups : p.contiguous_groups;
+}
+
 __device__ __forceinline__ int64_t row_at(const Problem& p, int64_t position) {
   return p.rows ? p.rows[position] : position;
 }
 
 template <int KT>
-__device__ __forceinline__ void load_row(const Problem& p, int64_t j, int K, double* r) {
-  for (int k = 0; k < (KT > 0 ? KT : K); ++k) r[k] = load_as_double(p.rewards, p.rewards_dtype, j * K + k);
+__device__ __forceinline__ void load_row(const Problem& p, int64_t j, int K, float* r) {
+  for (int k = 0; k < (KT > 0 ? KT : K); ++k) r[k] = load_as_float(p.rewards, p.rewards_dtype, j * K + k);
+}
+
+// b_k in float for the row arithmetic; finalize reads the double ones.
+template <int KT>
+__device__ __forceinline__ void load_base(const Problem& p, float* base) {
+  for (int k = 0; k < (KT > 0 ? KT : p.K); ++k) base[k] = static_cast<float>(p.base[k]);
 }
 
 template <typename F>

@@ -24,7 +24,8 @@ struct Problem {
   int64_t group_size;           // > 0: contiguous groups of this size
   const int64_t* rows;          // CSR of group_index (nullptr when contiguous)
   const int64_t* offsets;
-  const int64_t* num_groups;    // device scalar: no host synchronisation
+  const int64_t* num_groups;    // device scalar (group_index: no host synchronisation), or nullptr:
+  int64_t contiguous_groups;    // N / group_size
   const double* base;           // b_k
   const double* token_weights;  // L_j, or nullptr
   const double* bounds;         // [K, 2], or nullptr

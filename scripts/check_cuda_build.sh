@@ -71,9 +71,7 @@ assert dara_kernels.extension_available(), "dara_kernels._C did not load"
 for op in ("dara::fused_advantage", "dara::accumulate"):
     for key in ("CPU", "CUDA"):
         assert torch._C._dispatch_has_kernel_for_dispatch_key(op, key), f"{op} has no {key} kernel"
-max_k = torch.ops.dara.cuda_max_rewards()
-assert max_k >= 8, max_k
-print(f"torch {torch.__version__}: CPU and CUDA kernels registered; CUDA max K = {max_k}")
+print(f"torch {torch.__version__}: CPU and CUDA kernels registered")
 
 (library,) = glob.glob(os.path.join(os.path.dirname(dara_kernels.__file__), "_C*.so"))
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -87,7 +85,7 @@ PY
 }
 
 run_tests() {
-  (cd "$SRC" && TRITON_INTERPRET=1 DARA_REQUIRE_EXTENSION=1 "$PY" -m pytest -q -p no:cacheprovider tests \
+  (cd "$SRC" && "$PY" -m pytest -q -p no:cacheprovider tests \
     --ignore=tests/integrations)
 }
 

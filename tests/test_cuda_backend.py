@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import dara_kernels as dk
+from dara_kernels.wire import MAX_REWARDS
 from tests.cases import make_case
 from tests.compare import TOLERANCES, assert_matches
 from tests.sweep import DTYPES, KS, LAYOUTS, sweep_against_reference
@@ -87,7 +88,7 @@ def test_binding_rejects_what_it_cannot_run():
     from dara_kernels.options import resolve_options
 
     options = resolve_options("dara", None).kernel_vector()
-    limit = torch.ops.dara.cuda_max_rewards()
+    limit = MAX_REWARDS["cuda"]
     too_wide = torch.rand(32, limit + 1, device="cuda")
     weights = torch.ones(limit + 1, dtype=torch.float64, device="cuda")
     with pytest.raises(RuntimeError, match=f"1 to {limit} reward columns"):

@@ -270,7 +270,7 @@ __global__ void accumulate_kernel(Problem p, Table t, Reduction red, Results out
 
 int grid_blocks(int64_t max_groups, int multiprocessors) {
   const int64_t needed = (max_groups + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  const int64_t cap = static_cast<int64_t>(multiprocessors) * 4;
+  const int64_t cap = static_cast<int64_t>(multiprocessors) * kBlocksPerMultiprocessor;
   return static_cast<int>(needed < 1 ? 1 : (needed < cap ? needed : cap));
 }
 

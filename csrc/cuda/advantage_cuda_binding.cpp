@@ -1,6 +1,6 @@
 // Registers the CUDA kernels as the CUDA implementation of dara::fused_advantage
-// and dara::accumulate, and dara::cuda_max_rewards() so Python knows the K
-// limit before launching. Built only when torch has CUDA. Nothing here reads a
+// and dara::accumulate (K limit: kMaxCudaRewards in core/wire.h, which Python
+// reads from dara_kernels/wire.py before launching). Built only when torch has CUDA. Nothing here reads a
 // device value on the host, so the op can be captured in a CUDA graph.
 // Only c10/cuda headers: ATen/cuda/CUDAContext.h pulls in cuBLAS/cuSPARSE
 // headers, which a CUDA toolkit without those libraries lacks.
@@ -61,8 +61,8 @@ Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_
   TORCH_CHECK(options.size() == kNumOptions, "dara: expected ", kNumOptions, " options, got ", options.size());
   TORCH_CHECK(rewards.dim() == 2 && rewards.is_cuda(), "dara: rewards must be a [N, K] CUDA tensor");
   const int64_t n = rewards.size(0), K = rewards.size(1);
-  TORCH_CHECK(K >= 1 && K <= cuda::kMaxCudaRewards, "dara: the CUDA backend supports 1 to ",
-              cuda::kMaxCudaRewards, " reward columns, got ", K);
+  TORCH_CHECK(K >= 1 && K <= kMaxCudaRewards, "dara: the CUDA backend supports 1 to ",
+              kMaxCudaRewards, " reward columns, got ", K);
   TORCH_CHECK(reward_weights.numel() == K, "dara: reward_weights must have K = ", K, " elements, got ",
               reward_weights.numel());
   check_on_device(reward_weights, rewards, "reward_weights");
@@ -230,12 +230,7 @@ AdvantageTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& 
           active, num_groups, batch_mean, batch_std, keep, query_scale};
 }
 
-int64_t cuda_max_rewards() { return cuda::kMaxCudaRewards; }
-
 }  // namespace
-
-// Takes no tensor, so it has one kernel for every dispatch key.
-TORCH_LIBRARY_FRAGMENT(dara, m) { m.def("cuda_max_rewards() -> int", &cuda_max_rewards); }
 
 TORCH_LIBRARY_IMPL(dara, CUDA, m) {
   m.impl("fused_advantage", &fused_advantage_cuda);

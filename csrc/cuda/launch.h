@@ -11,8 +11,10 @@
 namespace dara {
 namespace cuda {
 
-constexpr int kMaxCudaRewards = 16;
 constexpr int kWarpsPerBlock = 8;
+// Resident blocks per SM the grid asks for: enough warps in flight to hide
+// load latency, few enough that the last block's partial reduction stays short.
+constexpr int kBlocksPerMultiprocessor = 4;
 
 enum class DType : int { kFloat32, kFloat64, kFloat16, kBFloat16, kBool, kUInt8, kInt32, kInt64 };
 

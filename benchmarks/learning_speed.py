@@ -5,7 +5,7 @@ with DARA.
 
     python benchmarks/learning_speed.py --preset toy --seeds 10 [--other-seeds 3] [--jobs 2]
         [--methods dara,gdpo,grpo,static] [--baselines] [--static-weights 1,2,1 ...]
-        [--steps N] [--json PATH] [--plot PNG]
+        [--steps N] [--set KEY=VALUE ...] [--json PATH] [--plot PNG]
 
 Runs are single-threaded processes, `--jobs` at a time. Every finished run is
 written to the JSON at once, so an interrupted benchmark resumes where it
@@ -47,7 +47,8 @@ def method_specs(names: list[str], static_weights: list[str]) -> dict[str, list[
     return specs
 
 
-def run_one(preset: str, label: str, overrides: list[str], seed: int, steps: int | None, workdir: str) -> dict:
+def run_one(preset: str, label: str, overrides: list[str], seed: int, steps: int | None, workdir: str,
+            settings: list[str]) -> dict:
     """One training run in this (worker) process, single-threaded; returns its compact metrics."""
     import torch
 
@@ -63,10 +64,10 @@ def run_one(preset: str, label: str, overrides: list[str], seed: int, steps: int
 
     out = Path(workdir) / f"{label}-seed{seed}"
     shutil.rmtree(out, ignore_errors=True)
-    settings = [f"seed={seed}", f"output_dir={out}", "report=false", *overrides]
+    assignments = [*settings, f"seed={seed}", f"output_dir={out}", "report=false", *overrides]
     if steps:
-        settings.append(f"steps={steps}")
-    cfg = load_config(preset, None, settings)
+        assignments.append(f"steps={steps}")
+    cfg = load_config(preset, None, assignments)
     start = time.perf_counter()
     out.mkdir(parents=True)
     with open(out / "log.txt", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
@@ -84,13 +85,15 @@ def run_one(preset: str, label: str, overrides: list[str], seed: int, steps: int
             "start": cfg.task.shift_step, "records": records}
 
 
-def load_results(path: Path, preset: str, steps: int | None) -> dict:
+def load_results(path: Path, preset: str, steps: int | None, settings: list[str]) -> dict:
+    experiment = {"preset": preset, "steps_override": steps, "settings": settings}
     if path.exists():
         data = json.loads(path.read_text())
-        if data.get("preset") == preset and data.get("steps_override") == steps:
+        data.setdefault("settings", [])
+        if all(data.get(k) == v for k, v in experiment.items()):
             return data
-        print(f"{path} holds another experiment (preset/steps differ); starting over", file=sys.stderr)
-    return {"preset": preset, "steps_override": steps, "runs": []}
+        print(f"{path} holds another experiment (preset, --steps or --set differ); starting over", file=sys.stderr)
+    return {**experiment, "runs": []}
 
 
 def save_results(path: Path, data: dict) -> None:
@@ -118,8 +121,8 @@ def run_all(args, specs: dict, data: dict, path: Path) -> None:
     started = time.perf_counter()
     try:
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-            futures = [pool.submit(run_one, args.preset, label, specs[label], seed, args.steps, workdir)
-                       for label, seed in todo]
+            futures = [pool.submit(run_one, args.preset, label, specs[label], seed, args.steps, workdir,
+                                   args.settings) for label, seed in todo]
             for finished, future in enumerate(as_completed(futures), 1):
                 run = future.result()
                 data["runs"].append(run)
@@ -211,8 +214,9 @@ def print_tables(data: dict, table: dict) -> None:
     rewards = run["rewards"] + ["all"]
     never = run["steps"] - run["start"] + 1
     after = f" after step {run['start']}" if run["start"] else ""
-    print(f"\npreset {data['preset']}, {run['steps']} steps; steps{after} until the 5-step training mean reaches "
-          + ", ".join(f"{k} >= {v:g}" for k, v in thresholds.items()) + " (all: every reward);"
+    settings = "".join(f", --set {s}" for s in data.get("settings", []))
+    print(f"\npreset {data['preset']}{settings}, {run['steps']} steps; steps{after} until the 5-step training "
+          "mean reaches " + ", ".join(f"{k} >= {v:g}" for k, v in thresholds.items()) + " (all: every reward);"
           f" median [IQR], (reached/runs); never reached counts as {never}")
     header = f"| method | seeds | " + " | ".join(f"steps: {n}" for n in rewards) + " | " \
         + " | ".join(f"final eval {n}" for n in run["rewards"]) + " |"
@@ -283,6 +287,8 @@ def main(argv=None) -> None:
     parser.add_argument("--static-weights", nargs="+", help="weight vectors for `static`, e.g. 1,2,1 1,4,1 "
                         "(default: the tuned one for the preset)")
     parser.add_argument("--steps", type=int, help="override the preset's run length")
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                        help="a dara-train override applied to every run")
     parser.add_argument("--jobs", type=int, help="runs in parallel (default: the CPU count)")
     parser.add_argument("--json", help="results file (default benchmarks/learning-<preset>.json)")
     parser.add_argument("--plot", help="PNG of mean +- std curves per method")
@@ -292,7 +298,7 @@ def main(argv=None) -> None:
     static = args.static_weights or DEFAULT_STATIC_WEIGHTS.get(args.preset, ["1,2,1"])
     specs = method_specs(names, static)
     path = Path(args.json or Path(__file__).parent / f"learning-{args.preset}.json")
-    data = load_results(path, args.preset, args.steps)
+    data = load_results(path, args.preset, args.steps, args.settings)
     run_all(args, specs, data, path)
     # The table covers exactly the runs asked for, whatever else the file holds.
     data["runs"] = [r for r in data["runs"] if r["method"] in specs and r["seed"] < seed_count(args, r["method"])]

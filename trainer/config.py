@@ -33,7 +33,7 @@ class TaskConfig:
     max_operand: int = 9                # toy: operands a, b drawn from 0..max_operand
     data_path: Optional[str] = None     # math: optional JSONL of {"question", "answer"}
     eval_size: int = 64
-    shift_step: int = 0                 # toy: from this step on, the format marker is `x` instead of `#` (0: never)
+    shift_step: int = 0                 # toy: from this step on the format marker is `##` (0: never)
     thresholds: dict = field(default_factory=dict)   # reward -> training mean counted as learned (default 0.8)
 
 

@@ -272,7 +272,7 @@ def plot(data: dict, path: Path) -> Path:
     fig.suptitle(f"{data['preset']}: mean +- std over seeds")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=80)
     return path
 
 

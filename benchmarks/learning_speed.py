@@ -218,7 +218,7 @@ def print_tables(data: dict, table: dict) -> None:
     print(f"\npreset {data['preset']}{settings}, {run['steps']} steps; steps{after} until the 5-step training "
           "mean reaches " + ", ".join(f"{k} >= {v:g}" for k, v in thresholds.items()) + " (all: every reward);"
           f" median [IQR], (reached/runs); never reached counts as {never}")
-    header = f"| method | seeds | " + " | ".join(f"steps: {n}" for n in rewards) + " | " \
+    header = "| method | seeds | " + " | ".join(f"steps: {n}" for n in rewards) + " | " \
         + " | ".join(f"final eval {n}" for n in run["rewards"]) + " |"
     print(header)
     print("|" + " --- |" * (header.count("|") - 1))

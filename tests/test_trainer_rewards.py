@@ -5,7 +5,7 @@ import math
 import pytest
 
 from trainer.config import TaskConfig
-from trainer.tasks import Prompt, Response
+from trainer.tasks import Response
 
 
 def resp(text, finished=True):

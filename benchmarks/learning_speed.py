@@ -164,13 +164,30 @@ def run_steps(run: dict) -> dict:
     return out
 
 
+COLLAPSE_STEPS = 10
+
+
+def collapsed(run: dict) -> bool:
+    """Whether the policy went deterministic: no reward varied in any group for
+    COLLAPSE_STEPS consecutive steps (every density 0), so no step could learn."""
+    streak = 0
+    for record in run["records"]:
+        densities = [record.get(f"density/{name}") for name in run["rewards"]]
+        if None in densities:
+            continue
+        streak = streak + 1 if not any(densities) else 0
+        if streak >= COLLAPSE_STEPS:
+            return True
+    return False
+
+
 def final_eval(run: dict) -> dict:
     evals = [r for r in run["records"] if any(k.startswith("eval/") for k in r)]
     return {k[5:]: v for k, v in evals[-1].items() if k.startswith("eval/")} if evals else {}
 
 
 def summarize_methods(data: dict) -> dict:
-    """method -> {seeds, steps: reward -> {median, q1, q3, reached, by_seed}, eval: reward -> mean,
+    """method -> {seeds, collapsed, steps: reward -> {median, q1, q3, reached, by_seed}, eval: reward -> mean,
     paired: reward -> {wins, losses, ties, p}} (paired: DARA against this method)."""
     runs = sorted(data["runs"], key=lambda r: r["seed"])
     rewards = runs[0]["rewards"] + ["all"]
@@ -181,7 +198,8 @@ def summarize_methods(data: dict) -> dict:
         mine = [r for r in runs if r["method"] == method]
         steps = [run_steps(r) for r in mine]
         evals = [final_eval(r) for r in mine]
-        entry = {"seeds": [r["seed"] for r in mine], "steps": {}, "eval": {}, "paired": {}}
+        entry = {"seeds": [r["seed"] for r in mine], "collapsed": sum(map(collapsed, mine)),
+                 "steps": {}, "eval": {}, "paired": {}}
         for name in rewards:
             values = [s[name] for s in steps]
             q1, q2, q3 = quartiles(values)
@@ -217,8 +235,9 @@ def print_tables(data: dict, table: dict) -> None:
     settings = "".join(f", --set {s}" for s in data.get("settings", []))
     print(f"\npreset {data['preset']}{settings}, {run['steps']} steps; steps{after} until the 5-step training "
           "mean reaches " + ", ".join(f"{k} >= {v:g}" for k, v in thresholds.items()) + " (all: every reward);"
-          f" median [IQR], (reached/runs); never reached counts as {never}")
-    header = "| method | seeds | " + " | ".join(f"steps: {n}" for n in rewards) + " | " \
+          f" median [IQR], (reached/runs); never reached counts as {never}; collapsed: runs in which every"
+          f" density stayed 0 for {COLLAPSE_STEPS}+ steps")
+    header = "| method | seeds | collapsed | " + " | ".join(f"steps: {n}" for n in rewards) + " | " \
         + " | ".join(f"final eval {n}" for n in run["rewards"]) + " |"
     print(header)
     print("|" + " --- |" * (header.count("|") - 1))
@@ -226,7 +245,8 @@ def print_tables(data: dict, table: dict) -> None:
         cells = [f"{e['median']:.1f} [{e['q1']:.0f}-{e['q3']:.0f}] ({e['reached']}/{len(entry['seeds'])})"
                  for e in (entry["steps"][n] for n in rewards)]
         evals = [f"{entry['eval'][n]:.2f}" for n in run["rewards"]]
-        print(f"| {method} | {len(entry['seeds'])} | " + " | ".join(cells) + " | " + " | ".join(evals) + " |")
+        print(f"| {method} | {len(entry['seeds'])} | {entry['collapsed']} | " + " | ".join(cells) + " | "
+              + " | ".join(evals) + " |")
     if "dara" not in table:
         return
     print("\nDARA faster than the method on the same seed: wins-losses-ties, exact two-sided sign-test p")

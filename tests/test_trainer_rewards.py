@@ -5,24 +5,11 @@ import math
 import pytest
 
 from trainer.config import TaskConfig
-from trainer.tasks import Prompt, Response
-from trainer.tasks.toy import ToyTask
+from trainer.tasks import Response
 
 
 def resp(text, finished=True):
     return Response(text, len(text), finished)
-
-
-def test_toy_rewards():
-    task = ToyTask(TaskConfig(name="toy", max_length=3))
-    p = Prompt("3+4=", 7)
-    score = lambda text, finished=True: task.score(["correct", "format", "length"], [p], [resp(text, finished)])[0].tolist()  # noqa: E731
-    assert score("#7") == [1.0, 1.0, 1.0]
-    assert score("7") == [1.0, 0.0, 1.0]
-    assert score("#5xyz", finished=False) == [0.0, 1.0, 0.0]
-    assert score("##") == [0.0, 0.0, 1.0]
-    empty = score("")
-    assert math.isnan(empty[0]) and empty[1:] == [0.0, 1.0]
 
 
 @pytest.fixture

@@ -17,7 +17,9 @@ REWARDS = ["correct", "format", "length"]
 
 def test_toy_run_metrics_and_learning(tmp_path):
     out = tmp_path / "toy"
-    run_train("--preset", "toy", "--steps", "40", "--output-dir", str(out), "--set", "eval_every=20")
+    result = run_train("--preset", "toy", "--steps", "40", "--output-dir", str(out), "--set", "eval_every=20")
+    assert "held-out eval" in result.stdout and "steps until" in result.stdout
+    assert (out / "curves.png").stat().st_size > 1000
     records = read_metrics(out)
     steps = [r for r in records if "time/update" in r]
     assert [r["step"] for r in steps] == list(range(1, 41))

@@ -21,18 +21,20 @@ class ModelConfig:
     intermediate_size: int = 128
     vocab: str = "toy"                  # tiny model's characters: toy (digits, + = #) | ascii (printable text)
     max_positions: int = 2048
-    seed: int = 0
+    seed: Optional[int] = None          # tiny model's init; None: the run's `seed`
 
 
 @dataclass
 class TaskConfig:
     name: str = "toy"                   # toy | math | toolcall
     rewards: list = field(default_factory=lambda: ["correct", "format", "length"])
-    length_shape: str = "symmetric"     # math: symmetric | asymmetric length-compliance credit
+    length_shape: str = "symmetric"     # toy, math: symmetric | asymmetric (only correct replies) length credit
     max_length: int = 4                 # length compliance: response tokens <= max_length
     max_operand: int = 9                # toy: operands a, b drawn from 0..max_operand
     data_path: Optional[str] = None     # math: optional JSONL of {"question", "answer"}
     eval_size: int = 64
+    shift_step: int = 0                 # toy: from this step on the format marker is `##` (0: never)
+    thresholds: dict = field(default_factory=dict)   # reward -> training mean counted as learned (default 0.8)
 
 
 @dataclass
@@ -61,6 +63,7 @@ class OptimConfig:
     clip_ratio: float = 0.2
     loss_agg: str = "token-mean"        # token-mean | seq-mean
     kl_coef: float = 0.0                # k3 KL to the frozen initial policy
+    entropy_coef: float = 0.0           # bonus on the mean token entropy of the sampling policy
 
 
 @dataclass
@@ -76,6 +79,7 @@ class TrainConfig:
     save_every: int = 0                 # 0: only at the end
     eval_every: int = 10
     tensorboard: bool = False
+    report: bool = True                 # end with a summary of what was learned and write curves.png
     mixed_precision: bool = True        # bf16 FSDP2 mixed precision on GPU (ignored on CPU)
 
 

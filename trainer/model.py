@@ -80,8 +80,9 @@ def tiny_config(cfg: ModelConfig, vocab_size: int):
     )
 
 
-def build_policy(cfg: ModelConfig):
-    """(model, tokenizer). The tiny model is seeded so every rank builds the same weights."""
+def build_policy(cfg: ModelConfig, run_seed: int = 0):
+    """(model, tokenizer). The tiny model is seeded (`model.seed`, else the
+    run's seed) so every rank builds the same weights."""
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
     if cfg.path:
@@ -91,7 +92,7 @@ def build_policy(cfg: ModelConfig):
         raise ValueError(f"model.vocab={cfg.vocab!r} is not one of {', '.join(VOCABULARIES)}")
     tokenizer = CharTokenizer(VOCABULARIES[cfg.vocab])
     with torch.random.fork_rng():
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(run_seed if cfg.seed is None else cfg.seed)
         model = LlamaForCausalLM(tiny_config(cfg, tokenizer.vocab_size))
     return model, tokenizer
 

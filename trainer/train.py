@@ -16,10 +16,12 @@ import dara_kernels as dk
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig, to_dict
 from .distributed import all_sum, full_state_dict, init_distributed, shard_policy
-from .metrics import MetricsLog
+from .metrics import MetricsLog, read_metrics
 from .model import build_policy
+from .plot import plot_run
 from .ppo import TrainBatch, ppo_loss, token_logprobs
 from .rollout import build_engine
+from .summary import format_summary, summarize, thresholds_for
 from .tasks import Response, build_task
 
 
@@ -52,7 +54,7 @@ def build_batch(prompt_ids, generations, pad_id: int, device) -> tuple[torch.Ten
     return ids.to(device), attention.to(device), response.to(device)
 
 
-def update(model, optimizer, batch: TrainBatch, optim_cfg) -> dict:
+def update(model, optimizer, batch: TrainBatch, optim_cfg, temperature: float = 1.0) -> dict:
     """PPO epochs over mini-batches. Losses are divided by the global count of
     tokens (or sequences) per mini-batch times the world size, because FSDP
     averages gradients over ranks: the update equals a one-process update on
@@ -60,22 +62,24 @@ def update(model, optimizer, batch: TrainBatch, optim_cfg) -> dict:
     n = batch.input_ids.shape[0]
     world = dist.get_world_size()
     chunks = torch.arange(n, device=batch.input_ids.device).chunk(optim_cfg.mini_batches)
-    stats = {"loss": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0}
+    stats = {"loss": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0, "entropy": 0.0}
     updates = 0
     for _ in range(optim_cfg.ppo_epochs):
         for rows in chunks:
             mask = batch.response_mask[rows].float()
             count = mask.sum() if optim_cfg.loss_agg == "token-mean" else (mask.sum(1) > 0).float().sum()
             normaliser = all_sum(count.reshape(1)).item() / world
-            logp = token_logprobs(model, batch.input_ids[rows], batch.attention_mask[rows])
+            logp, entropy = token_logprobs(model, batch.input_ids[rows], batch.attention_mask[rows],
+                                           temperature, with_entropy=True)
             loss, extra = ppo_loss(logp, batch, rows, optim_cfg.clip_ratio, optim_cfg.kl_coef,
-                                   optim_cfg.loss_agg, max(normaliser, 1e-8))
+                                   optim_cfg.loss_agg, max(normaliser, 1e-8), entropy, optim_cfg.entropy_coef)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), optim_cfg.grad_clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             stats["loss"] += all_sum(loss.detach().reshape(1)).item()
             stats["clip_fraction"] += extra["clip_fraction"]
+            stats["entropy"] += extra["entropy"]
             grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
             stats["grad_norm"] += float(grad_norm)
             updates += 1
@@ -105,7 +109,7 @@ class Trainer:
         if self.rank == 0:
             (self.output_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self.task = build_task(cfg.task)
-        policy, self.tokenizer = build_policy(cfg.model)
+        policy, self.tokenizer = build_policy(cfg.model, cfg.seed)
         max_len = cfg.model.max_positions
         self.engine = build_engine(cfg.rollout.engine, policy, self.tokenizer,
                                    self.output_dir / f"inference-model-rank{self.rank}", cfg.seed, max_len)
@@ -150,6 +154,7 @@ class Trainer:
 
         t0 = time.perf_counter()
         responses = self.responses(generations)
+        self.task.set_step(self.step + 1)
         rewards = self.task.score(cfg.task.rewards, [prompts[g.prompt_index] for g in generations], responses)
         times["time/reward"] = time.perf_counter() - t0
 
@@ -163,10 +168,11 @@ class Trainer:
 
         t0 = time.perf_counter()
         with torch.no_grad():
-            old = token_logprobs(self.model, ids, attention)
-            ref = token_logprobs(self.reference, ids, attention) if self.reference is not None else None
+            old = token_logprobs(self.model, ids, attention, cfg.rollout.temperature)
+            ref = (token_logprobs(self.reference, ids, attention, cfg.rollout.temperature)
+                   if self.reference is not None else None)
         batch = TrainBatch(ids, attention, response_mask, token_adv, old, ref)
-        stats = update(self.model, self.optimizer, batch, cfg.optim)
+        stats = update(self.model, self.optimizer, batch, cfg.optim, cfg.rollout.temperature)
         times["time/update"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         self.engine.sync(full_state_dict(self.model))
@@ -209,6 +215,23 @@ class Trainer:
         if not cfg.save_every or self.step % cfg.save_every:
             save_checkpoint(self.output_dir, self.step, self.model, self.optimizer)
         self.close()
+        if self.rank == 0 and cfg.report:
+            print(self.report(), flush=True)
+
+    def report(self) -> str:
+        """The end-of-run summary: what was learned, and where the metrics and curves are."""
+        cfg = self.cfg
+        records = read_metrics(self.output_dir)
+        thresholds = thresholds_for(cfg.task.rewards, cfg.task.thresholds)
+        summary = summarize(records, cfg.task.rewards, thresholds, start=cfg.task.shift_step)
+        lines = [f"dara-train: {cfg.task.name}, advantage.method={cfg.advantage.method}, {self.step} steps"]
+        lines += format_summary(summary, cfg.task.rewards)
+        lines.append(f"metrics: {self.output_dir / 'metrics.jsonl'}")
+        try:
+            lines.append(f"curves:  {plot_run(self.output_dir, self.output_dir / 'curves.png')}")
+        except ImportError:
+            lines.append("curves:  not drawn (matplotlib is not installed)")
+        return "\n".join(lines)
 
     def close(self) -> None:
         self.log.close()

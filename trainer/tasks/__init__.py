@@ -1,5 +1,6 @@
 """Tasks: prompts plus named reward components. Each reward returns one
-column of the [N, K] reward tensor; a response it cannot score gets NaN."""
+column of the [N, K] reward tensor; a response it cannot score gets NaN
+(the toy task scores every response)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,6 +34,9 @@ class Task:
 
     def eval_prompts(self) -> list[Prompt]:
         raise NotImplementedError
+
+    def set_step(self, step: int) -> None:
+        """The training step about to be scored, for tasks whose rewards change during training."""
 
     def eval_metrics(self, prompts: list[Prompt], responses: list[Response]) -> dict:
         """Task-specific held-out metrics beyond each reward's mean."""

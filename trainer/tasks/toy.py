@@ -1,46 +1,81 @@
-"""The embedded default task: "a+b=" -> the last digit of a + b.
+"""The embedded testbed: "ab=" (two digits) -> a reply that starts with the
+first digit a, ends with a marker after a digit, and stops early.
 
-Rewards: `correct` (first digit of the response is the answer; NaN for an
-empty response, which cannot be scored), `format` (the response starts with
-'#' and a digit: about 2% of a random model's responses, a sparse reward),
-`length` (ended with EOS within task.max_length tokens)."""
+Every reward is learnable, and each plays one role of the paper's setting:
+- `correct` (1 when the reply starts with a, 0 otherwise, empty replies
+  included): answers are uniform over 0..9, so no constant reply beats chance
+  (0.1); a recall from the prompt, learnable alongside the other rewards.
+- `format` (the reply ends with a digit then the marker, `#`): the sparse
+  reward, about 1% of a random model's replies, and indifferent to which digit
+  comes first, so reinforcing it does not pull the answer towards one digit.
+- `length` (EOS within `task.max_length` tokens): the dense, easy reward. With
+  `task.length_shape=asymmetric` only correct replies are credited (the
+  paper's asymmetric length reward), which makes it sparse.
+
+With `task.shift_step=S` the marker becomes `##` at step S: the learned format
+reward turns sparse again (the policy now has to discover a second `#` where
+it learned to stop) while the others stay learned, so the rewards' densities
+shift during training.
+
+Training draws from 80 of the 100 operand pairs; evaluation uses the other 20
+(every first digit twice), so it measures the recall on unseen prompts."""
 from __future__ import annotations
 
-import math
 import random
 
 from . import Prompt, Response, Task
 
+MARKERS = ("#", "##")
+
+
+def split_pairs(n: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(training pairs, held-out pairs) of operands 0..n-1: every first digit
+    is held out with one second digit (two when n >= 10), a different one each."""
+    held = [(a, (3 * a + 1) % n) for a in range(n)]
+    if n >= 10:
+        held += [(a, (3 * a + 6) % n) for a in range(n)]
+    return [(a, b) for a in range(n) for b in range(n) if (a, b) not in held], held
+
 
 def correct(prompt: Prompt, response: Response) -> float:
-    if not response.text:
-        return math.nan
-    digits = [c for c in response.text if c.isdigit()]
-    return 1.0 if digits and int(digits[0]) == prompt.answer else 0.0
-
-
-def marked_answer(prompt: Prompt, response: Response) -> float:
-    return 1.0 if len(response.text) >= 2 and response.text[0] == "#" and response.text[1].isdigit() else 0.0
+    return 1.0 if response.text[:1] == str(prompt.answer) else 0.0
 
 
 class ToyTask(Task):
     def __init__(self, cfg):
         self.max_length = cfg.max_length
-        self.max_operand = cfg.max_operand
-        self.eval_size = cfg.eval_size
-        self.rewards = {"correct": correct, "format": marked_answer, "length": self.length}
+        self.asymmetric = cfg.length_shape == "asymmetric"
+        if cfg.length_shape not in ("symmetric", "asymmetric"):
+            raise ValueError(f"task.length_shape={cfg.length_shape!r} is not symmetric or asymmetric")
+        self.shift_step = cfg.shift_step
+        self.step = 0
+        self.train_pairs, self.eval_pairs = split_pairs(cfg.max_operand + 1)
+        self.rewards = {"correct": correct, "format": self.format, "length": self.length}
+
+    def set_step(self, step: int) -> None:
+        self.step = step
+
+    @property
+    def marker(self) -> str:
+        return MARKERS[1] if self.shift_step and self.step >= self.shift_step else MARKERS[0]
+
+    def format(self, prompt: Prompt, response: Response) -> float:
+        text, marker = response.text, self.marker
+        marked = text.endswith(marker) and text[:-len(marker)][-1:].isdigit()
+        return 1.0 if response.finished and marked else 0.0
 
     def length(self, prompt: Prompt, response: Response) -> float:
-        return 1.0 if response.finished and response.num_tokens <= self.max_length else 0.0
+        short = response.finished and response.num_tokens <= self.max_length
+        if self.asymmetric:
+            short = short and correct(prompt, response) == 1.0
+        return 1.0 if short else 0.0
 
     @staticmethod
     def _prompt(a: int, b: int) -> Prompt:
-        return Prompt(f"{a}+{b}=", (a + b) % 10)
+        return Prompt(f"{a}{b}=", a)
 
     def sample(self, rng: random.Random, count: int) -> list[Prompt]:
-        top = self.max_operand + 1
-        return [self._prompt(rng.randrange(top), rng.randrange(top)) for _ in range(count)]
+        return [self._prompt(*rng.choice(self.train_pairs)) for _ in range(count)]
 
     def eval_prompts(self) -> list[Prompt]:
-        top = self.max_operand + 1
-        return [self._prompt(a, b) for a in range(top) for b in range(top)][: self.eval_size]
+        return [self._prompt(a, b) for a, b in self.eval_pairs]

@@ -1,0 +1,333 @@
+"""Learning speed of advantage methods: dara-train runs of methods x seeds on
+one task preset, then, per method, the steps each reward needs to reach its
+threshold, the final held-out evaluation, and a paired-by-seed comparison
+with DARA.
+
+    python benchmarks/learning_speed.py --preset toy --seeds 10 [--other-seeds 3] [--jobs 2]
+        [--methods dara,gdpo,grpo,static] [--baselines] [--static-weights 1,2,1 ...]
+        [--steps N] [--set KEY=VALUE ...] [--json PATH] [--plot PNG]
+
+Runs are single-threaded processes, `--jobs` at a time. Every finished run is
+written to the JSON at once, so an interrupted benchmark resumes where it
+stopped (same command). A run that never reaches a threshold counts as one
+step slower than the run length (it is listed as not reached)."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from multiprocessing import get_context
+from pathlib import Path
+
+MAIN_METHODS = ["dara", "gdpo", "grpo", "static"]
+TABLE5_BASELINES = ["dvao", "saw", "sa_mrpo", "gd2po_hard"]
+# The static weightings swept for each preset (upweighting the reward that starts sparse).
+DEFAULT_STATIC_WEIGHTS = {"toy": ["1,2,1", "1,4,1"], "toy-asym": ["1,1,2", "1,2,2"],
+                          "toy-shift": ["1,2,1", "1,4,1"]}
+KEPT = ("reward/", "density/", "weight/", "eval/")
+
+
+def method_specs(names: list[str], static_weights: list[str]) -> dict[str, list[str]]:
+    """label -> dara-train overrides. `static` expands to one label per weight vector."""
+    specs = {}
+    for name in names:
+        if name == "static":
+            for weights in static_weights:
+                specs[f"static[{weights}]"] = ["advantage.method=static",
+                                               f"advantage.options={{reward_weights: [{weights}]}}"]
+        else:
+            specs[name] = [f"advantage.method={name}"]
+    return specs
+
+
+def run_one(preset: str, label: str, overrides: list[str], seed: int, steps: int | None, workdir: str,
+            settings: list[str]) -> dict:
+    """One training run in this (worker) process, single-threaded; returns its compact metrics."""
+    import torch
+
+    torch.set_num_threads(1)
+    # Each run makes its own one-rank process group on a fresh port.
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        os.environ.pop(key, None)
+    import torch.distributed as dist
+
+    from trainer.config import load_config
+    from trainer.metrics import read_metrics
+    from trainer.train import Trainer
+
+    out = Path(workdir) / f"{label}-seed{seed}"
+    shutil.rmtree(out, ignore_errors=True)
+    assignments = [*settings, f"seed={seed}", f"output_dir={out}", "report=false", *overrides]
+    if steps:
+        assignments.append(f"steps={steps}")
+    cfg = load_config(preset, None, assignments)
+    start = time.perf_counter()
+    out.mkdir(parents=True)
+    with open(out / "log.txt", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        trainer = Trainer(cfg)
+        try:
+            trainer.run()
+        finally:
+            if dist.is_initialized():
+                dist.destroy_process_group()
+    records = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()
+                if k == "step" or k.startswith(KEPT)} for r in read_metrics(out)]
+    shutil.rmtree(out, ignore_errors=True)
+    return {"method": label, "seed": seed, "overrides": overrides, "seconds": time.perf_counter() - start,
+            "steps": cfg.steps, "rewards": cfg.task.rewards, "thresholds": cfg.task.thresholds,
+            "start": cfg.task.shift_step, "records": records}
+
+
+def load_results(path: Path, preset: str, steps: int | None, settings: list[str]) -> dict:
+    experiment = {"preset": preset, "steps_override": steps, "settings": settings}
+    if path.exists():
+        data = json.loads(path.read_text())
+        data.setdefault("settings", [])
+        if all(data.get(k) == v for k, v in experiment.items()):
+            return data
+        print(f"{path} holds another experiment (preset, --steps or --set differ); starting over", file=sys.stderr)
+    return {**experiment, "runs": []}
+
+
+def save_results(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+def seed_count(args, label: str) -> int:
+    return args.seeds if label in ("dara", "gdpo") else min(args.other_seeds, args.seeds)
+
+
+def run_all(args, specs: dict, data: dict, path: Path) -> None:
+    done = {(r["method"], r["seed"]) for r in data["runs"]}
+    todo = [(label, seed) for seed in range(args.seeds) for label in specs
+            if seed < seed_count(args, label) and (label, seed) not in done]
+    total = len(done) + len(todo)
+    if not todo:
+        print(f"all {total} runs are already in {path}", file=sys.stderr)
+        return
+    jobs = max(1, min(args.jobs or os.cpu_count() or 1, len(todo)))
+    print(f"{len(todo)} runs to do ({len(done)} already in {path}), {jobs} at a time", file=sys.stderr)
+    workdir = tempfile.mkdtemp(prefix="learning-speed-")
+    started = time.perf_counter()
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+            futures = [pool.submit(run_one, args.preset, label, specs[label], seed, args.steps, workdir,
+                                   args.settings) for label, seed in todo]
+            for finished, future in enumerate(as_completed(futures), 1):
+                run = future.result()
+                data["runs"].append(run)
+                save_results(path, data)
+                eta = (time.perf_counter() - started) / finished * (len(todo) - finished)
+                print(f"[{len(done) + finished}/{total}] {run['method']} seed {run['seed']}: "
+                      f"{run['seconds']:.0f}s, about {eta / 60:.1f} min left", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def sign_test_p(wins: int, losses: int) -> float:
+    """Exact two-sided sign test (binomial, p = 1/2) over the untied pairs."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    import numpy as np
+
+    q1, q2, q3 = np.percentile(values, [25, 50, 75])
+    return float(q1), float(q2), float(q3)
+
+
+def run_steps(run: dict) -> dict:
+    """reward (and `all`) -> steps to threshold; never reached -> run length - start + 1."""
+    from trainer.summary import first_joint_step, steps_to_threshold, thresholds_for
+
+    thresholds = thresholds_for(run["rewards"], run["thresholds"])
+    never = run["steps"] - run["start"] + 1
+    steps = {name: steps_to_threshold(run["records"], name, thresholds[name], run["start"])
+             for name in run["rewards"]}
+    joint = first_joint_step(steps)
+    out = {name: (s if s is not None else never) for name, s in steps.items()}
+    out["all"] = joint if joint is not None else never
+    return out
+
+
+COLLAPSE_STEPS = 10
+
+
+def collapsed(run: dict) -> bool:
+    """Whether the policy went deterministic: no reward varied in any group for
+    COLLAPSE_STEPS consecutive steps (every density 0), so no step could learn."""
+    streak = 0
+    for record in run["records"]:
+        densities = [record.get(f"density/{name}") for name in run["rewards"]]
+        if None in densities:
+            continue
+        streak = streak + 1 if not any(densities) else 0
+        if streak >= COLLAPSE_STEPS:
+            return True
+    return False
+
+
+def final_eval(run: dict) -> dict:
+    evals = [r for r in run["records"] if any(k.startswith("eval/") for k in r)]
+    return {k[5:]: v for k, v in evals[-1].items() if k.startswith("eval/")} if evals else {}
+
+
+def summarize_methods(data: dict) -> dict:
+    """method -> {seeds, collapsed, steps: reward -> {median, q1, q3, reached, by_seed}, eval: reward -> mean,
+    paired: reward -> {wins, losses, ties, p}} (paired: DARA against this method)."""
+    runs = sorted(data["runs"], key=lambda r: r["seed"])
+    rewards = runs[0]["rewards"] + ["all"]
+    never = runs[0]["steps"] - runs[0]["start"] + 1
+    methods = list(dict.fromkeys(r["method"] for r in sorted(runs, key=lambda r: r["method"] != "dara")))
+    table = {}
+    for method in methods:
+        mine = [r for r in runs if r["method"] == method]
+        steps = [run_steps(r) for r in mine]
+        evals = [final_eval(r) for r in mine]
+        entry = {"seeds": [r["seed"] for r in mine], "collapsed": sum(map(collapsed, mine)),
+                 "steps": {}, "eval": {}, "paired": {}}
+        for name in rewards:
+            values = [s[name] for s in steps]
+            q1, q2, q3 = quartiles(values)
+            entry["steps"][name] = {"median": q2, "q1": q1, "q3": q3,
+                                    "reached": sum(v < never for v in values),
+                                    "by_seed": dict(zip(entry["seeds"], values))}
+        for name in runs[0]["rewards"]:
+            values = [e[name] for e in evals if name in e]
+            entry["eval"][name] = sum(values) / len(values) if values else float("nan")
+        table[method] = entry
+    if "dara" in table:
+        for method, entry in table.items():
+            if method == "dara":
+                continue
+            for name in rewards:
+                dara, other = table["dara"]["steps"][name]["by_seed"], entry["steps"][name]["by_seed"]
+                seeds = sorted(set(dara) & set(other))
+                wins = sum(dara[s] < other[s] for s in seeds)
+                losses = sum(dara[s] > other[s] for s in seeds)
+                entry["paired"][name] = {"wins": wins, "losses": losses, "ties": len(seeds) - wins - losses,
+                                         "p": sign_test_p(wins, losses)}
+    return table
+
+
+def print_tables(data: dict, table: dict) -> None:
+    run = data["runs"][0]
+    from trainer.summary import thresholds_for
+
+    thresholds = thresholds_for(run["rewards"], run["thresholds"])
+    rewards = run["rewards"] + ["all"]
+    never = run["steps"] - run["start"] + 1
+    after = f" after step {run['start']}" if run["start"] else ""
+    settings = "".join(f", --set {s}" for s in data.get("settings", []))
+    print(f"\npreset {data['preset']}{settings}, {run['steps']} steps; steps{after} until the 5-step training "
+          "mean reaches " + ", ".join(f"{k} >= {v:g}" for k, v in thresholds.items()) + " (all: every reward);"
+          f" median [IQR], (reached/runs); never reached counts as {never}; collapsed: runs in which every"
+          f" density stayed 0 for {COLLAPSE_STEPS}+ steps")
+    header = "| method | seeds | collapsed | " + " | ".join(f"steps: {n}" for n in rewards) + " | " \
+        + " | ".join(f"final eval {n}" for n in run["rewards"]) + " |"
+    print(header)
+    print("|" + " --- |" * (header.count("|") - 1))
+    for method, entry in table.items():
+        cells = [f"{e['median']:.1f} [{e['q1']:.0f}-{e['q3']:.0f}] ({e['reached']}/{len(entry['seeds'])})"
+                 for e in (entry["steps"][n] for n in rewards)]
+        evals = [f"{entry['eval'][n]:.2f}" for n in run["rewards"]]
+        print(f"| {method} | {len(entry['seeds'])} | {entry['collapsed']} | " + " | ".join(cells) + " | "
+              + " | ".join(evals) + " |")
+    if "dara" not in table:
+        return
+    print("\nDARA faster than the method on the same seed: wins-losses-ties, exact two-sided sign-test p")
+    header = "| method | " + " | ".join(rewards) + " |"
+    print(header)
+    print("|" + " --- |" * (header.count("|") - 1))
+    for method, entry in table.items():
+        if method != "dara":
+            cells = [f"{c['wins']}-{c['losses']}-{c['ties']} (p={c['p']:.3g})"
+                     for c in (entry["paired"][n] for n in rewards)]
+            print(f"| {method} | " + " | ".join(cells) + " |")
+
+
+def plot(data: dict, path: Path) -> Path:
+    """Mean +- one standard deviation over seeds, per method: each reward's
+    training mean, active-group density and weight (the paper's Fig. 3/5 view)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rewards = data["runs"][0]["rewards"]
+    methods = list(dict.fromkeys(r["method"] for r in data["runs"]))
+    rows = (("reward/{}/mean", "reward"), ("density/{}", "active-group density"), ("weight/{}", "weight"))
+    fig, axes = plt.subplots(len(rows), len(rewards), figsize=(4.5 * len(rewards), 9), squeeze=False)
+    for method in methods:
+        runs = [r for r in data["runs"] if r["method"] == method]
+        for i, (key, title) in enumerate(rows):
+            for j, name in enumerate(rewards):
+                series = [[rec.get(key.format(name)) for rec in r["records"] if "step" in rec
+                           and any(k.startswith("reward/") for k in rec)] for r in runs]
+                length = min(len(s) for s in series)
+                values = np.array([[np.nan if v is None else v for v in s[:length]] for s in series], float)
+                mean, spread = np.nanmean(values, 0), np.nanstd(values, 0)
+                steps = np.arange(1, length + 1)
+                ax = axes[i][j]
+                line, = ax.plot(steps, mean, label=f"{method} (n={len(runs)})", lw=1.2)
+                ax.fill_between(steps, mean - spread, mean + spread, color=line.get_color(), alpha=0.15)
+                ax.set(title=f"{name}: {title}", xlabel="step")
+                ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"{data['preset']}: mean +- std over seeds")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    return path
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="toy", help="a dara-train preset (toy, toy-asym, toy-shift)")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds for dara and gdpo")
+    parser.add_argument("--other-seeds", type=int, default=3, help="seeds for every other method")
+    parser.add_argument("--methods", default=",".join(MAIN_METHODS))
+    parser.add_argument("--baselines", action="store_true", help="add the other Table-5 baselines: "
+                        + ", ".join(TABLE5_BASELINES))
+    parser.add_argument("--static-weights", nargs="+", help="weight vectors for `static`, e.g. 1,2,1 1,4,1 "
+                        "(default: the tuned one for the preset)")
+    parser.add_argument("--steps", type=int, help="override the preset's run length")
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                        help="a dara-train override applied to every run")
+    parser.add_argument("--jobs", type=int, help="runs in parallel (default: the CPU count)")
+    parser.add_argument("--json", help="results file (default benchmarks/learning-<preset>.json)")
+    parser.add_argument("--plot", help="PNG of mean +- std curves per method")
+    args = parser.parse_args(argv)
+
+    names = [m for m in args.methods.split(",") if m] + (TABLE5_BASELINES if args.baselines else [])
+    static = args.static_weights or DEFAULT_STATIC_WEIGHTS.get(args.preset, ["1,2,1"])
+    specs = method_specs(names, static)
+    path = Path(args.json or Path(__file__).parent / f"learning-{args.preset}.json")
+    data = load_results(path, args.preset, args.steps, args.settings)
+    run_all(args, specs, data, path)
+    # The table covers exactly the runs asked for, whatever else the file holds.
+    data["runs"] = [r for r in data["runs"] if r["method"] in specs and r["seed"] < seed_count(args, r["method"])]
+    table = summarize_methods(data)
+    print_tables(data, table)
+    print(f"\nruns: {path}")
+    if args.plot:
+        print(f"curves: {plot(data, Path(args.plot))}")
+
+
+if __name__ == "__main__":
+    main()

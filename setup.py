@@ -7,7 +7,6 @@ import sys
 
 from setuptools import setup
 
-
 # sm_80 (A100), sm_90 (H100/H200) and PTX that newer GPUs compile at load time.
 DEFAULT_CUDA_ARCH_LIST = "8.0;9.0+PTX"
 

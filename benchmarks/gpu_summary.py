@@ -25,11 +25,12 @@ from collections import Counter
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from microbench import Config, copy_bandwidth, floor_bytes, make_batch, measure  # noqa: E402
+
 import dara_kernels as dk  # noqa: E402
 from dara_kernels.options import resolve_options  # noqa: E402
 from dara_kernels.reference import reference_advantage  # noqa: E402
 from dara_kernels.validation import prepare_inputs  # noqa: E402
-from microbench import Config, copy_bandwidth, floor_bytes, make_batch, measure  # noqa: E402
 
 BANDWIDTH_N = 1 << 24
 LATENCY = Config(16384, 3, 16, "dara", "fixed")
@@ -107,7 +108,7 @@ def measure_all(args) -> None:
         entry = result["points"][point] = {"config": cfg.__dict__, "floor_seconds": floor_bytes(cfg) / bandwidth,
                                            "seconds": {}}
         for name in backends + ["reference"]:
-            entry["seconds"][name] = measure(lambda n=name: call(rewards, cfg, n), device, args.budget, 50)
+            entry["seconds"][name] = measure(lambda n=name, r=rewards, c=cfg: call(r, c, n), device, args.budget, 50)
             print(f"{point}: {name} {entry['seconds'][name] * 1e6:.1f} us", flush=True)
             save()
     if device == "cuda":

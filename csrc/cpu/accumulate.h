@@ -101,20 +101,27 @@ void finish_group(const AccumulateArgs& a, int64_t g, const double* count, const
   sums.groups += 1.0;
 }
 
-// SAW and SA-MRPO only: the batch's sum of squares, min and max per reward.
+// SAW and SA-MRPO only: one row's valid entries into the batch's sum of
+// squares, max and max of the negation per reward.
+template <int KT, typename Real>
+void add_raw_extremes(const Real* row, const AccumulateArgs& a, ChunkSums<KT>& sums) {
+  const int K = KT > 0 ? KT : a.K;
+  for (int k = 0; k < K; ++k) {
+    const double r = static_cast<double>(clean_reward(row[k], *a.options));
+    if (!(r == r)) continue;
+    sums.sum_sq[k] += r * r;
+    sums.hi[k] = std::fmax(sums.hi[k], r);
+    sums.lo[k] = std::fmax(sums.lo[k], -r);
+  }
+}
+
 template <int KT, typename scalar_t>
 void raw_extremes(const scalar_t* rewards, const AccumulateArgs& a, int64_t begin, int64_t end,
                   ChunkSums<KT>& sums) {
+  using Real = row_real_t<scalar_t>;
   const int K = KT > 0 ? KT : a.K;
-  for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + p * K;
-    for (int k = 0; k < K; ++k) {
-      const double r = static_cast<double>(row[k]);
-      sums.sum_sq[k] += r * r;
-      sums.hi[k] = std::fmax(sums.hi[k], r);
-      sums.lo[k] = std::fmax(sums.lo[k], -r);
-    }
-  }
+  Real row[local_size<KT>()];
+  for (int64_t p = begin; p < end; ++p) add_raw_extremes<KT>(load_row<KT>(rewards + p * K, K, row), a, sums);
 }
 
 // Every entry valid and every row kept (the common case): one pass of shifted
@@ -185,7 +192,6 @@ bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g,
   sums.rows += n;
   sums.token_total += tw;
   table.kappa[g] = 1.0;
-  table.complete[g] = 1;
   if (combined) {
     double rsum_dev = 0.0, rsum_tdev = 0.0, rsum_tsum = 0.0;
     for (int c = 0; c < K; ++c) {
@@ -215,9 +221,10 @@ bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g,
   return true;
 }
 
-// Missing entries, unscorable rows or GD2PO's dropped rows: NaN-aware sums,
-// then the deviations, then a row pass through row_signal.
-template <int KT, typename scalar_t>
+// Missing entries, unscorable rows or GD2PO's dropped rows: the group
+// statistics' two passes (core/group_math.h), then a row pass through
+// row_signal, all in the per-row real type with double sums.
+template <int KT, typename Real, typename scalar_t>
 void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, int64_t begin, int64_t end,
                    GroupTable& table, ChunkSums<KT>& sums) {
   constexpr int N = local_size<KT>();
@@ -225,25 +232,16 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
   const Options& o = *a.options;
   const GroupLayout& layout = *a.layout;
   const bool raw_stats = o.method == kSaw || o.method == kSaMrpo;
+  Real base[N], row[N];
+  for (int k = 0; k < K; ++k) base[k] = static_cast<Real>(a.base[k]);
   double count[N] = {}, sum[N] = {};
   double sum_count = 0.0, sum_total = 0.0;
   for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + p * K;
-    double rsum = 0.0;
-    bool scorable = false;
-    for (int k = 0; k < K; ++k) {
-      const double r = clean_reward(static_cast<double>(row[k]), o);
-      const bool valid = r == r;
-      count[k] += valid ? 1.0 : 0.0;
-      sum[k] += valid ? r : 0.0;
-      rsum += valid ? a.base[k] * r : 0.0;
-      scorable |= valid;
-      if (raw_stats && valid) {
-        sums.sum_sq[k] += r * r;
-        sums.hi[k] = std::fmax(sums.hi[k], r);
-        sums.lo[k] = std::fmax(sums.lo[k], -r);
-      }
-    }
+    load_row<KT>(rewards + p * K, K, row);
+    add_row_sums<KT>(row, K, o, count, sum);
+    if (raw_stats) add_raw_extremes<KT>(row, a, sums);
+    bool scorable;
+    const double rsum = static_cast<double>(row_reward_sum<KT>(row, K, o, base, &scorable));
     sum_count += scorable ? 1.0 : 0.0;
     sum_total += scorable ? rsum : 0.0;
   }
@@ -253,18 +251,11 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
   double dev[N] = {};
   double sum_dev = 0.0;
   for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + p * K;
-    double rsum = 0.0;
-    bool scorable = false;
-    for (int k = 0; k < K; ++k) {
-      const double r = clean_reward(static_cast<double>(row[k]), o);
-      const bool valid = r == r;
-      const double d = valid ? r - mean[k] : 0.0;
-      dev[k] += d * d;
-      rsum += valid ? a.base[k] * r : 0.0;
-      scorable |= valid;
-    }
-    if (o.combined_column() && scorable) sum_dev += (rsum - sum_mean) * (rsum - sum_mean);
+    load_row<KT>(rewards + p * K, K, row);
+    add_row_deviations<KT>(row, K, o, mean, dev);
+    bool scorable;
+    const double d = static_cast<double>(row_reward_sum<KT>(row, K, o, base, &scorable)) - sum_mean;
+    sum_dev += scorable ? d * d : 0.0;
   }
   finish_group<KT>(a, g, count, sum, dev, table, sums);
   if (o.combined_column()) {
@@ -274,32 +265,41 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
   }
 
   const int C = o.combined_column() ? 1 : K;
-  const GroupRef group = table.ref(g);
-  double reward_a[N], column_a[N], row_values[N];
+  const GroupRef stats = table.ref(g);
+  Real group_mean[N], group_scale[N], group_weight[N];
+  for (int k = 0; k < K; ++k) {
+    group_mean[k] = static_cast<Real>(stats.mean[k]);
+    group_scale[k] = static_cast<Real>(stats.scale[k]);
+    group_weight[k] = stats.weight ? static_cast<Real>(stats.weight[k]) : Real(0);
+  }
+  const GroupRefOf<Real> group{group_mean, group_scale, stats.weight ? group_weight : nullptr,
+                               static_cast<Real>(stats.sum_mean), static_cast<Real>(stats.sum_scale)};
+  Real reward_a[N], column_a[N] = {};  // C > 1 means row_signal fills every column
   double kept = 0.0;
   for (int64_t p = begin; p < end; ++p) {
     const int64_t j = layout.row(p);
-    const RowSignal rs = row_signal<KT>(load_row<KT>(rewards + p * K, K, row_values), K, o, a.base, group,
-                                        reward_a, column_a);
-    for (int k = 0; k < K; ++k) sums.energy[k] += reward_a[k] * reward_a[k];
+    const RowSignal rs = row_signal<KT>(load_row<KT>(rewards + p * K, K, row), K, o, base, group, reward_a,
+                                        column_a);
+    for (int k = 0; k < K; ++k) sums.energy[k] += static_cast<double>(reward_a[k] * reward_a[k]);
     kept += rs.keep ? 1.0 : 0.0;
     if (!(rs.keep && rs.scorable)) continue;
     sums.rows += 1.0;
+    double col[N];
+    for (int c = 0; c < C; ++c) col[c] = static_cast<double>(column_a[c]);
     for (int c = 0; c < C; ++c) {
-      sums.signal[c] += column_a[c];
-      for (int e = c; e < C; ++e) sums.cross[c * C + e] += column_a[c] * column_a[e];
+      sums.signal[c] += col[c];
+      for (int e = c; e < C; ++e) sums.cross[c * C + e] += col[c] * col[e];
     }
     if (a.token_weights) {
       const double w = a.token_weights[j];
       sums.token_total += w;
       for (int c = 0; c < C; ++c) {
-        sums.token_signal[c] += w * column_a[c];
-        for (int e = c; e < C; ++e) sums.token_cross[c * C + e] += w * column_a[c] * column_a[e];
+        sums.token_signal[c] += w * col[c];
+        for (int e = c; e < C; ++e) sums.token_cross[c * C + e] += w * col[c] * col[e];
       }
     }
   }
   table.kappa[g] = kept / static_cast<double>(end - begin);
-  table.complete[g] = 0;
 }
 
 template <int KT, typename scalar_t>
@@ -309,7 +309,13 @@ void accumulate_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t 
   const int64_t begin = a.layout->begin(g), end = a.layout->end(g);
   const bool may_be_complete = !o.drops_conflicts() && (end - begin >= 2 || !o.singleton_verl);
   if (may_be_complete && complete_group<KT>(rewards, a, g, begin, end, table, sums)) return;
-  partial_group<KT>(rewards, a, g, begin, end, table, sums);
+  // GD2PO drops a row on the signs of its A_jk, which float rounding near
+  // zero would flip: that method's rows stay in double.
+  if (o.drops_conflicts()) {
+    partial_group<KT, double>(rewards, a, g, begin, end, table, sums);
+  } else {
+    partial_group<KT, row_real_t<scalar_t>>(rewards, a, g, begin, end, table, sums);
+  }
 }
 
 // Fills `table` and writes the batch accumulators into acc / extrema.
@@ -318,11 +324,13 @@ void accumulate(const scalar_t* rewards, const AccumulateArgs& a, GroupTable& ta
                 const AccumulatorLayout& L, double* acc, double* extrema) {
   const int64_t groups = a.layout->num_groups();
   const int64_t chunks = num_chunks(groups);
+  const int64_t rows = a.layout->num_rows();
+  const int64_t bytes = rows * (a.K * static_cast<int64_t>(sizeof(scalar_t)) + (a.token_weights ? 8 : 0));
   const int M = L.size(), E = L.extrema_size();
   std::vector<double> partial(chunks * M), partial_extrema(chunks * E);
   dispatch_reward_count(a.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    for_each_chunk(groups, [&](int64_t c, int64_t g0, int64_t g1) {
+    for_each_chunk(groups, bytes, [&](int64_t c, int64_t g0, int64_t g1) {
       auto sums = std::make_unique<ChunkSums<KT>>();
       for (int64_t g = g0; g < g1; ++g) accumulate_group<KT>(rewards, a, g, table, *sums);
       sums->store(L, partial.data() + c * M, partial_extrema.data() + c * E);

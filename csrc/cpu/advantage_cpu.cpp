@@ -8,6 +8,11 @@
 #include <tuple>
 #include <vector>
 
+// The kernels below never read floating-point exception flags. Without trap
+// semantics the compiler may evaluate both sides of the row formulas' selects,
+// which is what lets a loop over rows run in SIMD lanes.
+#pragma GCC optimize("no-trapping-math")
+
 #include "../core/accumulators.h"
 #include "../core/finalize.h"
 #include "../core/options.h"
@@ -15,6 +20,7 @@
 #include "apply.h"
 #include "group_layout.h"
 #include "group_table.h"
+#include "token_mask.h"
 
 namespace dara {
 namespace {
@@ -56,7 +62,11 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
   if (p.options.batch_norm == kTokenNorm) {
     if (response_mask.has_value()) {
       TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
-      p.token_weights = response_mask->sum(1, /*keepdim=*/false, at::kDouble).contiguous();
+      const at::Tensor mask = response_mask->contiguous();
+      p.token_weights = at::empty({n}, rewards.options().dtype(at::kDouble));
+      AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_weights", [&] {
+        mask_row_sums(mask.data_ptr<scalar_t>(), n, mask.size(1), p.token_weights.data_ptr<double>());
+      });
     } else {
       TORCH_CHECK(response_lengths.has_value() && response_lengths->numel() == n,
                   "dara: token batch normalisation needs response_mask or response_lengths");
@@ -143,8 +153,14 @@ AdvantageTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& g
 
   at::Tensor token_advantages = at::empty({0}, f32);
   if (response_mask.has_value()) {
-    token_advantages = at::empty({n, response_mask->size(1)}, f32);
-    at::mul_out(token_advantages, advantages.unsqueeze(1), *response_mask);
+    TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
+    const at::Tensor mask = response_mask->contiguous();
+    const int64_t T = mask.size(1);
+    token_advantages = at::empty({n, T}, f32);
+    AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_output", [&] {
+      write_token_advantages(advantages.data_ptr<float>(), mask.data_ptr<scalar_t>(), n, T,
+                             token_advantages.data_ptr<float>());
+    });
   }
   return {advantages, token_advantages, density, weights, energy, weighted_energy,
           active, num_groups, batch_mean, batch_std, keep, query_scale};

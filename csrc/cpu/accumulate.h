@@ -124,6 +124,18 @@ void raw_extremes(const scalar_t* rewards, const AccumulateArgs& a, int64_t begi
   for (int64_t p = begin; p < end; ++p) add_raw_extremes<KT>(load_row<KT>(rewards + p * K, K, row), a, sums);
 }
 
+// Zeroes the rows x cols corner of a matrix with row stride `stride`.
+template <typename T>
+inline void zero(T* m, int rows, int cols, int stride) {
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) m[r * stride + c] = T(0);
+  }
+}
+
+// Rows per block of the per-row real type's partial sums before they reach
+// the double group sums: float rounding over 32 terms stays below 2e-6.
+constexpr int64_t kRowBlock = 32;
+
 // Every entry valid and every row kept (the common case): one pass of shifted
 // sums (shift = the group's first row, so no cancellation beyond the spread)
 // gives the means and the deviation covariance; the row sums of a_c and
@@ -132,33 +144,60 @@ void raw_extremes(const scalar_t* rewards, const AccumulateArgs& a, int64_t begi
 template <int KT, typename scalar_t>
 bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, int64_t begin, int64_t end,
                     GroupTable& table, ChunkSums<KT>& sums) {
+  using Real = row_real_t<scalar_t>;
   constexpr int N = local_size<KT>();
   const int K = KT > 0 ? KT : a.K;
   const Options& o = *a.options;
   const GroupLayout& layout = *a.layout;
   const bool combined = o.combined_column();
   double shift[N], s[N], ts[N], P[N * N], tP[N * N];
+  Real row_shift[N];
   for (int k = 0; k < K; ++k) {
-    shift[k] = static_cast<double>(rewards[begin * K + k]);
-    s[k] = ts[k] = 0.0;
-    for (int e = 0; e < K; ++e) P[k * N + e] = tP[k * N + e] = 0.0;
+    row_shift[k] = static_cast<Real>(rewards[begin * K + k]);
+    shift[k] = static_cast<double>(row_shift[k]);
   }
+  // Only the K x K corner is used (N is kMaxRewards for the generic K).
+  zero(s, 1, K, N);
+  zero(ts, 1, K, N);
+  zero(P, K, K, N);
+  zero(tP, K, K, N);
   double tw = 0.0;
-  for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + p * K;
-    double x[N];
-    for (int k = 0; k < K; ++k) x[k] = static_cast<double>(row[k]) - shift[k];
-    for (int c = 0; c < K; ++c) {
-      s[c] += x[c];
-      for (int e = c; e < K; ++e) P[c * N + e] += x[c] * x[e];
-    }
-    if (a.token_weights) {
-      const double w = a.token_weights[layout.row(p)];
-      tw += w;
+  for (int64_t b0 = begin; b0 < end; b0 += kRowBlock) {
+    const int64_t b1 = std::min(end, b0 + kRowBlock);
+    Real bs[N], bP[N * N];
+    zero(bs, 1, K, N);
+    zero(bP, K, K, N);
+    for (int64_t p = b0; p < b1; ++p) {
+      Real x[N];
+      for (int k = 0; k < K; ++k) x[k] = static_cast<Real>(rewards[p * K + k]) - row_shift[k];
+      // The full square (not a triangle): K-wide vector rows.
       for (int c = 0; c < K; ++c) {
-        ts[c] += w * x[c];
-        for (int e = c; e < K; ++e) tP[c * N + e] += w * x[c] * x[e];
+        bs[c] += x[c];
+        for (int e = 0; e < K; ++e) bP[c * N + e] += x[c] * x[e];
       }
+    }
+    for (int c = 0; c < K; ++c) {
+      s[c] += static_cast<double>(bs[c]);
+      for (int e = 0; e < K; ++e) P[c * N + e] += static_cast<double>(bP[c * N + e]);
+    }
+    if (!a.token_weights) continue;
+    Real bts[N], btP[N * N], btw = Real(0);
+    zero(bts, 1, K, N);
+    zero(btP, K, K, N);
+    for (int64_t p = b0; p < b1; ++p) {
+      const Real w = static_cast<Real>(a.token_weights[layout.row(p)]);
+      Real x[N];
+      for (int k = 0; k < K; ++k) x[k] = static_cast<Real>(rewards[p * K + k]) - row_shift[k];
+      btw += w;
+      for (int c = 0; c < K; ++c) {
+        bts[c] += w * x[c];
+        for (int e = 0; e < K; ++e) btP[c * N + e] += w * x[c] * x[e];
+      }
+    }
+    tw += static_cast<double>(btw);
+    for (int c = 0; c < K; ++c) {
+      ts[c] += static_cast<double>(bts[c]);
+      for (int e = 0; e < K; ++e) tP[c * N + e] += static_cast<double>(btP[c * N + e]);
     }
   }
   for (int k = 0; k < K; ++k) {

@@ -68,7 +68,11 @@ def prepare_inputs(
     if not isinstance(rewards, torch.Tensor):
         raise TypeError(f"rewards must be a torch.Tensor, got {type(rewards).__name__}")
     if rewards.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"rewards must be float32, float16, bfloat16 or float64, got {rewards.dtype}")
+        if rewards.is_floating_point() or rewards.is_complex():
+            raise TypeError(f"rewards must be bool, integer, float32, float16, bfloat16 or float64, "
+                            f"got {rewards.dtype}")
+        # Bool and integer rewards (reward functions' pass/fail and counts) are cast once.
+        rewards = rewards.to(torch.float32)
     if rewards.dim() == 1:
         rewards = rewards.unsqueeze(1)
     if rewards.dim() != 2:

@@ -89,3 +89,41 @@ def test_empty_batch():
     out = dk.fused_advantage(torch.empty(0, 3), 4, backend="cpu")
     assert out.advantages.shape == (0,) and out.keep.shape == (0,)
     assert out.density.tolist() == [0.0, 0.0, 0.0] and int(out.num_groups) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.int64])
+def test_bool_and_integer_rewards_are_cast_once(dtype):
+    """Reward functions' pass/fail flags and counts: the same answer as the float32 rewards."""
+    gen = torch.Generator().manual_seed(8)
+    rewards = torch.randint(0, 2 if dtype == torch.bool else 5, (96, 3), generator=gen).to(dtype)
+    out = dk.fused_advantage(rewards, 8, method="dara", backend="cpu")
+    expected = dk.fused_advantage(rewards.float(), 8, method="dara", backend="cpu")
+    assert torch.equal(out.advantages, expected.advantages)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int64, torch.float32, torch.float64])
+def test_token_output_reads_the_mask_in_its_dtype(dtype):
+    case = make_case(6, "shuffled", 3, shape=(97,))
+    lengths = torch.randint(0, 12, (97,), generator=torch.Generator().manual_seed(2))
+    mask = (torch.arange(11)[None, :] < lengths[:, None]).to(dtype)
+    out = dk.fused_advantage(case.rewards, method="gdpo", preset="verl", response_mask=mask, backend="cpu",
+                             **case.layout)
+    ref = dk.fused_advantage(case.rewards, method="gdpo", preset="verl", response_mask=mask.double(),
+                             backend="reference", **case.layout)
+    assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], str(dtype))
+
+
+def test_threads_split_a_large_call_bitwise_identically():
+    """Large enough that the kernel splits it across threads (small calls stay on one)."""
+    case = make_case(9, "fixed", 4, shape=(1 << 17, 4))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = dk.fused_advantage(case.rewards, **case.layout, backend="cpu")
+        torch.set_num_threads(max(2, threads))
+        many = dk.fused_advantage(case.rewards, **case.layout, backend="cpu")
+    finally:
+        torch.set_num_threads(threads)
+    for name in one._fields:
+        if getattr(one, name) is not None:
+            assert torch.equal(getattr(one, name), getattr(many, name)), name

@@ -6,6 +6,7 @@ device; `validate=False` skips them for CUDA-graph capture.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -43,10 +44,23 @@ def _check_tensor(name: str, value, device: torch.device) -> torch.Tensor:
     return value
 
 
+def _nansum_is_finite(values: torch.Tensor) -> bool:
+    if not values.is_cpu:
+        return math.isfinite(torch.nansum(values).item())
+    # On one thread: a memory-bound sum gains little from a second one, and a
+    # thread team waits on any member that a busy neighbour process preempts.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return math.isfinite(torch.nansum(values).item())
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _finite_or_raise(name: str, values: torch.Tensor) -> None:
     # A finite nansum proves there is no Inf at the cost of one fast reduction;
     # only a non-finite sum (an Inf, or an overflow) pays for the exact check.
-    if torch.isfinite(torch.nansum(values)) or not torch.isinf(values).any():
+    if _nansum_is_finite(values) or not torch.isinf(values).any():
         return
     row = torch.nonzero(torch.isinf(values))[0].tolist()
     raise ValueError(f"{name} contains +-Inf at index {tuple(row)}; rewards must be finite or NaN")

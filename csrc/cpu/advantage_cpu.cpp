@@ -20,6 +20,7 @@
 #include "apply.h"
 #include "group_layout.h"
 #include "group_table.h"
+#include "huge_pages.h"
 #include "token_mask.h"
 
 namespace dara {
@@ -156,7 +157,7 @@ AdvantageTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& g
     TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
     const at::Tensor mask = response_mask->contiguous();
     const int64_t T = mask.size(1);
-    token_advantages = at::empty({n, T}, f32);
+    token_advantages = empty_large_output({n, T}, f32);
     AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_output", [&] {
       write_token_advantages(advantages.data_ptr<float>(), mask.data_ptr<scalar_t>(), n, T,
                              token_advantages.data_ptr<float>());

@@ -1,13 +1,14 @@
 // Groups (or rows) are processed in fixed-size chunks whose partial results
 // are combined in chunk order, so results are bitwise identical for any
-// number of threads. Chunks are handed out dynamically: when another process
-// holds a core, the thread that has one takes the remaining chunks instead
-// of the whole call waiting for the slowed one.
+// number of threads. Chunks are handed out dynamically, so a thread slowed
+// by a neighbour leaves its share to the others (see also idle_cores.h).
 #pragma once
 #include <algorithm>
 #include <cstdint>
 
 #include <ATen/Parallel.h>
+
+#include "idle_cores.h"
 
 namespace dara {
 
@@ -21,9 +22,11 @@ inline int64_t num_chunks(int64_t items, int64_t per_chunk = kGroupsPerChunk) {
   return (items + per_chunk - 1) / per_chunk;
 }
 
+// Threads for a loop: as many as its work pays for, no more than the caller
+// allows (torch.set_num_threads) and no more than the cores nobody else is using.
 inline int threads_for(int64_t bytes, int64_t chunks) {
-  const int64_t by_work = std::max<int64_t>(1, bytes / kBytesPerThread);
-  return static_cast<int>(std::min<int64_t>({by_work, chunks, at::get_num_threads()}));
+  const int64_t by_work = std::min<int64_t>({bytes / kBytesPerThread, chunks, at::get_num_threads()});
+  return by_work <= 1 ? 1 : static_cast<int>(std::min<int64_t>(by_work, idle_cores()));
 }
 
 // body(chunk, first, last) over [0, items) in chunks of per_chunk items;

@@ -18,6 +18,7 @@
 #include "../core/options.h"
 #include "accumulate.h"
 #include "apply.h"
+#include "gather_rows.h"
 #include "group_layout.h"
 #include "group_table.h"
 #include "huge_pages.h"
@@ -53,9 +54,10 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
     TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
     at::Tensor ids = group_index->to(at::kLong).contiguous();
     p.layout = GroupLayout::from_ids(ids.data_ptr<int64_t>(), n);
-    // One gather into group order: the kernels then stream the rewards.
-    at::Tensor order = at::from_blob(const_cast<int64_t*>(p.layout.rows().data()), {n}, at::kLong);
-    p.rewards = p.rewards.index_select(0, order);
+    at::Tensor gathered = at::empty_like(p.rewards);
+    gather_rows(static_cast<const char*>(p.rewards.const_data_ptr()), p.layout.rows().data(), n,
+                K * static_cast<int64_t>(p.rewards.element_size()), static_cast<char*>(gathered.data_ptr()));
+    p.rewards = gathered;
   } else {
     TORCH_CHECK(group_size >= 1 && n % group_size == 0, "dara: group_size must divide N");
     p.layout = GroupLayout::contiguous(n, group_size);

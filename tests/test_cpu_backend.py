@@ -101,16 +101,22 @@ def test_bool_and_integer_rewards_are_cast_once(dtype):
     assert torch.equal(out.advantages, expected.advantages)
 
 
+@pytest.mark.parametrize("holes", [False, True], ids=["prefix", "holes"])
 @pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int64, torch.float32, torch.float64])
-def test_token_output_reads_the_mask_in_its_dtype(dtype):
+def test_token_output_reads_the_mask_in_its_dtype(dtype, holes):
+    """Prefix masks (response then padding) are written from their lengths; others from the mask."""
     case = make_case(6, "shuffled", 3, shape=(97,))
     lengths = torch.randint(0, 12, (97,), generator=torch.Generator().manual_seed(2))
-    mask = (torch.arange(11)[None, :] < lengths[:, None]).to(dtype)
+    mask = torch.arange(11)[None, :] < lengths[:, None]
+    if holes:
+        mask &= torch.arange(11)[None, :] % 3 != 1
+    mask = mask.to(dtype)
     out = dk.fused_advantage(case.rewards, method="gdpo", preset="verl", response_mask=mask, backend="cpu",
                              **case.layout)
     ref = dk.fused_advantage(case.rewards, method="gdpo", preset="verl", response_mask=mask.double(),
                              backend="reference", **case.layout)
     assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], str(dtype))
+    assert torch.equal(out.token_advantages, out.advantages[:, None] * mask)
 
 
 def test_threads_split_a_large_call_bitwise_identically():

@@ -36,6 +36,7 @@ struct Problem {
   at::Tensor rewards;
   at::Tensor base;
   at::Tensor token_weights;  // undefined unless batch_norm is "token"
+  std::vector<int64_t> mask_prefix;  // from the token-weight pass over the mask, else empty
 };
 
 Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
@@ -67,8 +68,10 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
       TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
       const at::Tensor mask = response_mask->contiguous();
       p.token_weights = at::empty({n}, rewards.options().dtype(at::kDouble));
+      p.mask_prefix.resize(n);
       AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_weights", [&] {
-        mask_row_sums(mask.data_ptr<scalar_t>(), n, mask.size(1), p.token_weights.data_ptr<double>());
+        mask_row_sums(mask.data_ptr<scalar_t>(), n, mask.size(1), p.token_weights.data_ptr<double>(),
+                      p.mask_prefix.data());
       });
     } else {
       TORCH_CHECK(response_lengths.has_value() && response_lengths->numel() == n,
@@ -161,7 +164,8 @@ AdvantageTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& g
     const int64_t T = mask.size(1);
     token_advantages = empty_large_output({n, T}, f32);
     AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_output", [&] {
-      write_token_advantages(advantages.data_ptr<float>(), mask.data_ptr<scalar_t>(), n, T,
+      write_token_advantages(advantages.data_ptr<float>(), mask.data_ptr<scalar_t>(),
+                             p.mask_prefix.empty() ? nullptr : p.mask_prefix.data(), n, T,
                              token_advantages.data_ptr<float>());
     });
   }

@@ -150,6 +150,7 @@ bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g,
   const Options& o = *a.options;
   const GroupLayout& layout = *a.layout;
   const bool combined = o.combined_column();
+  const bool tokens = a.token_weights != nullptr;
   double shift[N], s[N], ts[N], P[N * N], tP[N * N];
   Real row_shift[N];
   for (int k = 0; k < K; ++k) {
@@ -213,12 +214,14 @@ bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g,
     mean[c] = shift[c] + m[c];
     count[c] = n;
     sum[c] = n * shift[c] + s[c];
-    tdsum[c] = ts[c] - tw * m[c];
+    tdsum[c] = tokens ? ts[c] - tw * m[c] : 0.0;
   }
   for (int c = 0; c < K; ++c) {
     for (int e = c; e < K; ++e) {
       cov[c * N + e] = cov[e * N + c] = P[c * N + e] - s[c] * m[e];
-      tcov[c * N + e] = tcov[e * N + c] = tP[c * N + e] - m[c] * ts[e] - m[e] * ts[c] + tw * m[c] * m[e];
+      if (tokens) {
+        tcov[c * N + e] = tcov[e * N + c] = tP[c * N + e] - m[c] * ts[e] - m[e] * ts[c] + tw * m[c] * m[e];
+      }
     }
     cov[c * N + c] = std::fmax(cov[c * N + c], 0.0);
     dev[c] = cov[c * N + c];
@@ -234,10 +237,12 @@ bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g,
   if (combined) {
     double rsum_dev = 0.0, rsum_tdev = 0.0, rsum_tsum = 0.0;
     for (int c = 0; c < K; ++c) {
-      rsum_tsum += a.base[c] * tdsum[c];
-      for (int e = 0; e < K; ++e) {
-        rsum_dev += a.base[c] * a.base[e] * cov[c * N + e];
-        rsum_tdev += a.base[c] * a.base[e] * tcov[c * N + e];
+      for (int e = 0; e < K; ++e) rsum_dev += a.base[c] * a.base[e] * cov[c * N + e];
+    }
+    if (tokens) {
+      for (int c = 0; c < K; ++c) {
+        rsum_tsum += a.base[c] * tdsum[c];
+        for (int e = 0; e < K; ++e) rsum_tdev += a.base[c] * a.base[e] * tcov[c * N + e];
       }
     }
     const ColumnStats st = finish_column(n, sum_mean, std::fmax(rsum_dev, 0.0), o);
@@ -251,11 +256,12 @@ bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g,
   double col[N];
   for (int k = 0; k < K; ++k) col[k] = scale[k] * (o.group_weighted() ? table.weight[g * K + k] : 1.0);
   for (int c = 0; c < K; ++c) {
+    for (int e = c; e < K; ++e) sums.cross[c * K + e] += col[c] * col[e] * cov[c * N + e];
+  }
+  if (!tokens) return true;
+  for (int c = 0; c < K; ++c) {
     sums.token_signal[c] += col[c] * tdsum[c];
-    for (int e = c; e < K; ++e) {
-      sums.cross[c * K + e] += col[c] * col[e] * cov[c * N + e];
-      sums.token_cross[c * K + e] += col[c] * col[e] * tcov[c * N + e];
-    }
+    for (int e = c; e < K; ++e) sums.token_cross[c * K + e] += col[c] * col[e] * tcov[c * N + e];
   }
   return true;
 }

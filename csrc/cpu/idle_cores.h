@@ -39,7 +39,7 @@ inline int running_tasks_here() {
   int running = 0;
   while (dirent* entry = readdir(dir)) {
     if (entry->d_name[0] == '.') continue;
-    char path[64], buffer[512];
+    char path[300], buffer[512];  // path: the prefix plus a d_name of up to 255 bytes
     std::snprintf(path, sizeof(path), "/proc/self/task/%s/stat", entry->d_name);
     FILE* f = std::fopen(path, "r");
     if (!f) continue;

@@ -20,24 +20,48 @@ template <typename mask_t>
 using mask_sum_t = std::conditional_t<std::is_integral_v<mask_t>,
                                       std::conditional_t<sizeof(mask_t) == 1, uint32_t, int64_t>, double>;
 
-// out[j] = sum_t mask[j, t]; prefix[j] = that sum when row j is 1 ... 1 0 ... 0, else kNotPrefix.
+// Independent partial sums of a floating mask row, so the adds run in SIMD
+// lanes in a fixed order (a single running double sum cannot be vectorised).
+constexpr int kSumLanes = 8;
+
+template <typename mask_t>
+double row_sum(const mask_t* row, int64_t T) {
+  if constexpr (std::is_integral_v<mask_t>) {
+    mask_sum_t<mask_t> total = 0;
+    for (int64_t t = 0; t < T; ++t) total += static_cast<mask_sum_t<mask_t>>(row[t]);
+    return static_cast<double>(total);
+  } else {
+    double lanes[kSumLanes] = {};
+    const int64_t whole = T - T % kSumLanes;
+    for (int64_t t = 0; t < whole; t += kSumLanes) {
+      for (int l = 0; l < kSumLanes; ++l) lanes[l] += static_cast<double>(row[t + l]);
+    }
+    for (int64_t t = whole; t < T; ++t) lanes[t - whole] += static_cast<double>(row[t]);
+    double total = 0.0;
+    for (int l = 0; l < kSumLanes; ++l) total += lanes[l];
+    return total;
+  }
+}
+
+// Whether the row is 1 ... 1 0 ... 0: every entry 0 or 1, never a 1 after a 0.
+template <typename mask_t>
+bool is_prefix_row(const mask_t* row, int64_t T) {
+  const mask_t zero = static_cast<mask_t>(0), one = static_cast<mask_t>(1);
+  unsigned bad = T > 0 && !(row[0] == zero || row[0] == one);
+  for (int64_t t = 1; t < T; ++t) bad |= !(row[t] == zero || row[t] == one) | (row[t] > row[t - 1]);
+  return bad == 0;
+}
+
+// out[j] = sum_t mask[j, t]; prefix[j] = that sum when row j is a prefix row, else kNotPrefix.
 template <typename mask_t>
 void mask_row_sums(const mask_t* mask, int64_t n, int64_t T, double* out, int64_t* prefix) {
   const int64_t bytes = n * T * static_cast<int64_t>(sizeof(mask_t));
   for_each_chunk(n, bytes, [&](int64_t, int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const mask_t* row = mask + j * T;
-      mask_sum_t<mask_t> total = 0;
-      bool shaped = true;  // every entry 0 or 1, never a 1 after a 0
-      mask_t previous = static_cast<mask_t>(1);
-      for (int64_t t = 0; t < T; ++t) {
-        const mask_t m = row[t];
-        total += static_cast<mask_sum_t<mask_t>>(m);
-        shaped &= (m == static_cast<mask_t>(0) || m == static_cast<mask_t>(1)) & !(m > previous);
-        previous = m;
-      }
-      out[j] = static_cast<double>(total);
-      prefix[j] = shaped ? static_cast<int64_t>(total) : kNotPrefix;
+      out[j] = row_sum(row, T);
+      // The row is still in L1 from the sum: the shape check costs no memory traffic.
+      prefix[j] = is_prefix_row(row, T) ? static_cast<int64_t>(out[j]) : kNotPrefix;
     }
   }, kMaskRowsPerChunk);
 }

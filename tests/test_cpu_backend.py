@@ -133,3 +133,17 @@ def test_threads_split_a_large_call_bitwise_identically():
     for name in one._fields:
         if getattr(one, name) is not None:
             assert torch.equal(getattr(one, name), getattr(many, name)), name
+
+
+@pytest.mark.parametrize("group_size", [2, 16, 33, 100])
+@pytest.mark.parametrize("method", ["dara", "grpo", "dvao"])
+def test_four_float_rewards_complete_groups(method, group_size):
+    """K = 4 float32 without missing entries takes the 16-byte vector moments path;
+    groups past 32 rows cross a float block boundary."""
+    gen = torch.Generator().manual_seed(group_size)
+    rewards = torch.randn(group_size * 40, 4, generator=gen) * torch.tensor([1.0, 0.1, 3.0, 0.5]) + 2.0
+    mask = torch.rand(group_size * 40, 9, generator=gen) < 0.7
+    for kw in (dict(), dict(preset="verl", response_mask=mask)):
+        ref = dk.fused_advantage(rewards, group_size, method=method, backend="reference", **kw)
+        out = dk.fused_advantage(rewards, group_size, method=method, backend="cpu", **kw)
+        assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], f"{method} {kw.keys()}")

@@ -3,6 +3,9 @@
 // once. Each row goes through the shared row formulas (core/row_signal.h) in
 // the per-row real type, with K and C known at compile time so they unroll.
 #pragma once
+#include <cmath>
+#include <type_traits>
+
 #include "../core/options.h"
 #include "../core/row_signal.h"
 #include "chunks.h"
@@ -23,53 +26,73 @@ struct ApplyArgs {
   const GroupLayout* layout;
 };
 
+// Float rows lose up to |mean| * 2^-24 to the rounding of the group mean.
+// While |mean| is within this many of the column's 1 / scale (its spread),
+// A_jk stays within about 1e-6 of the double value (the CPU tolerance is
+// 1e-5); a group with a larger offset runs its rows in double.
+constexpr double kFloatMeanPerSpread = 16.0;
+
+inline bool float_rows_suffice(const GroupRef& g, int K, bool summed) {
+  bool ok = !summed || std::fabs(g.sum_mean) * g.sum_scale <= kFloatMeanPerSpread;
+  for (int k = 0; k < K; ++k) ok &= std::fabs(g.mean[k]) * g.scale[k] <= kFloatMeanPerSpread;
+  return ok;
+}
+
 template <int KT, Columns M, typename Real, typename scalar_t>
-void apply_groups(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, int64_t g0, int64_t g1,
-                  float* advantages, bool* keep, float* query_scale) {
+void apply_group(const scalar_t* rewards, const ApplyArgs& a, const Options& o, const GroupRef& stats,
+                 double kappa, int64_t begin, int64_t end, float* advantages, bool* keep, float* query_scale) {
   constexpr int N = local_size<KT>();
   const int K = KT > 0 ? KT : a.K;
   constexpr int CT = M == Columns::kSummed ? 1 : KT;
   const int C = CT > 0 ? CT : a.C;
-  const Options o = *a.options;  // a local copy: the output stores cannot alias it
   const GroupLayout& layout = *a.layout;
   Real base[N], combine[N], mean[N], scale[N], weight[N];
-  for (int k = 0; k < K; ++k) base[k] = static_cast<Real>(a.base[k]);
+  for (int k = 0; k < K; ++k) {
+    base[k] = static_cast<Real>(a.base[k]);
+    mean[k] = static_cast<Real>(stats.mean[k]);
+    scale[k] = static_cast<Real>(stats.scale[k]);
+    weight[k] = stats.weight ? static_cast<Real>(stats.weight[k]) : Real(0);
+  }
   for (int c = 0; c < C; ++c) combine[c] = static_cast<Real>(a.combine[c]);
+  const GroupRefOf<Real> group{mean, scale, stats.weight ? weight : nullptr, static_cast<Real>(stats.sum_mean),
+                               static_cast<Real>(stats.sum_scale)};
   const Real shift = static_cast<Real>(a.shift);
-  const bool weighted = !table.weight.empty();
-  for (int64_t g = g0; g < g1; ++g) {
-    const GroupRef stats = table.ref(g);
-    for (int k = 0; k < K; ++k) {
-      mean[k] = static_cast<Real>(stats.mean[k]);
-      scale[k] = static_cast<Real>(stats.scale[k]);
-      weight[k] = weighted ? static_cast<Real>(stats.weight[k]) : Real(0);
-    }
-    const GroupRefOf<Real> group{mean, scale, weighted ? weight : nullptr, static_cast<Real>(stats.sum_mean),
-                                 static_cast<Real>(stats.sum_scale)};
-    const double kappa = table.kappa[g];
-    const Real factor = static_cast<Real>((o.apply_query_scale ? kappa : 1.0) * a.scale);
-    const float q = static_cast<float>(kappa);
-    const int64_t begin = layout.begin(g), end = layout.end(g);
-    if (!layout.sorted()) {
-      // Rows in place: the compiler runs this loop across rows in SIMD lanes.
-      for (int64_t p = begin; p < end; ++p) {
-        Real row[N], reward_a[N], column_a[N] = {};  // C > 1 means row_signal fills every column
-        const RowSignal rs = row_signal<KT, Real, M>(load_row<KT>(rewards + p * K, K, row), K, o, base, group,
-                                                     reward_a, column_a);
-        advantages[p] = static_cast<float>(row_advantage<CT>(rs, column_a, C, combine, shift, factor));
-        keep[p] = rs.keep;
-        query_scale[p] = q;
-      }
-      continue;
-    }
+  const Real factor = static_cast<Real>((o.apply_query_scale ? kappa : 1.0) * a.scale);
+  const float q = static_cast<float>(kappa);
+  if (!layout.sorted()) {
+    // Rows in place: the compiler runs this loop across rows in SIMD lanes.
     for (int64_t p = begin; p < end; ++p) {
-      Real row[N], reward_a[N], column_a[N] = {};
+      Real row[N], reward_a[N], column_a[N] = {};  // C > 1 means row_signal fills every column
       const RowSignal rs = row_signal<KT, Real, M>(load_row<KT>(rewards + p * K, K, row), K, o, base, group,
                                                    reward_a, column_a);
-      const int64_t j = layout.row(p);
-      advantages[j] = static_cast<float>(row_advantage<CT>(rs, column_a, C, combine, shift, factor));
-      keep[j] = rs.keep;
-      query_scale[j] = q;
+      advantages[p] = static_cast<float>(row_advantage<CT>(rs, column_a, C, combine, shift, factor));
+      keep[p] = rs.keep;
+      query_scale[p] = q;
+    }
+    return;
+  }
+  for (int64_t p = begin; p < end; ++p) {
+    Real row[N], reward_a[N], column_a[N] = {};
+    const RowSignal rs = row_signal<KT, Real, M>(load_row<KT>(rewards + p * K, K, row), K, o, base, group,
+                                                 reward_a, column_a);
+    const int64_t j = layout.row(p);
+    advantages[j] = static_cast<float>(row_advantage<CT>(rs, column_a, C, combine, shift, factor));
+    keep[j] = rs.keep;
+    query_scale[j] = q;
+  }
+}
+
+template <int KT, Columns M, typename Real, typename scalar_t>
+void apply_groups(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, int64_t g0, int64_t g1,
+                  float* advantages, bool* keep, float* query_scale) {
+  const Options o = *a.options;  // a local copy: the output stores cannot alias it
+  for (int64_t g = g0; g < g1; ++g) {
+    const GroupRef stats = table.ref(g);
+    const int64_t begin = a.layout->begin(g), end = a.layout->end(g);
+    if (std::is_same_v<Real, double> || float_rows_suffice(stats, a.K, M == Columns::kSummed)) {
+      apply_group<KT, M, Real>(rewards, a, o, stats, table.kappa[g], begin, end, advantages, keep, query_scale);
+    } else {
+      apply_group<KT, M, double>(rewards, a, o, stats, table.kappa[g], begin, end, advantages, keep, query_scale);
     }
   }
 }

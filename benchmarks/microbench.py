@@ -2,6 +2,7 @@
 of it, TRL-style and verl-style GDPO, and the memory floor, in one process.
 
     python benchmarks/microbench.py [--quick] [--device cpu|cuda] [--json PATH] [--plot PATH]
+    python benchmarks/microbench.py --targets-only --json PATH   # the deployment rows (targets.py)
 
 The sweep varies one axis at a time around the headline point (N = 1,048,576
 on CPU, 16,777,216 on GPU; K = 4; G = 16; method dara; contiguous groups):
@@ -27,6 +28,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dara_kernels as dk  # noqa: E402
 from baselines import trl_style_gdpo, verl_style_gdpo  # noqa: E402
+from targets import format_targets, run_targets  # noqa: E402
 from dara_kernels.options import resolve_options  # noqa: E402
 from dara_kernels.reference import reference_advantage  # noqa: E402
 from dara_kernels.validation import prepare_inputs  # noqa: E402
@@ -212,6 +214,9 @@ def main(argv=None) -> None:
     parser.add_argument("--max-verl-n", type=int, default=1_048_576)
     parser.add_argument("--no-compile-baseline", dest="compile_baseline", action="store_false")
     parser.add_argument("--all-baselines", action="store_true", help="TRL-style for every fixed-layout config")
+    parser.add_argument("--targets", action="store_true",
+                        help="also run the deployment rows (CPU): token-level verl preset, small batch, busy machine")
+    parser.add_argument("--targets-only", action="store_true", help="run only the deployment rows")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but torch sees no CUDA device")
@@ -224,7 +229,7 @@ def main(argv=None) -> None:
     bandwidth = copy_bandwidth(args.device)
     print(f"copy bandwidth: {bandwidth / 1e9:.1f} GB/s (read + write)", flush=True)
     rows = []
-    configs = sweep(args.device, args.quick)
+    configs = [] if args.targets_only else sweep(args.device, args.quick)
     for i, cfg in enumerate(configs, 1):
         print(f"[{i}/{len(configs)}] {cfg}", flush=True)
         rewards, layout, uids = make_batch(cfg, args.device)
@@ -240,13 +245,19 @@ def main(argv=None) -> None:
         row = {**asdict(cfg), "seconds": seconds, "floor_seconds": floor_bytes(cfg) / bandwidth}
         rows.append(row)
 
+    targets = run_targets(bandwidth, args.max_repeats) if args.targets or args.targets_only else []
+
     print()
-    print(format_table(rows, args.backends))
+    if rows:
+        print(format_table(rows, args.backends))
+    if targets:
+        print(format_targets(targets))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"machine": info, "copy_bandwidth_bytes_per_s": bandwidth, "rows": rows}, fh, indent=1)
+            json.dump({"machine": info, "copy_bandwidth_bytes_per_s": bandwidth, "rows": rows,
+                       "targets": targets}, fh, indent=1)
         print(f"wrote {args.json}")
-    if args.plot:
+    if args.plot and rows:
         plot(rows, args.plot)
         print(f"wrote {args.plot}")
 

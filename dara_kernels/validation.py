@@ -8,6 +8,7 @@ always. Shape, dtype and option checks always run.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -45,10 +46,23 @@ def _check_tensor(name: str, value, device: torch.device) -> torch.Tensor:
     return value
 
 
+def _nansum_is_finite(values: torch.Tensor) -> bool:
+    if not values.is_cpu:
+        return math.isfinite(torch.nansum(values).item())
+    # On one thread: a memory-bound sum gains little from a second one, and a
+    # thread team waits on any member that a busy neighbour process preempts.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return math.isfinite(torch.nansum(values).item())
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _finite_or_raise(name: str, values: torch.Tensor) -> None:
     # A finite nansum proves there is no Inf at the cost of one fast reduction;
     # only a non-finite sum (an Inf, or an overflow) pays for the exact check.
-    if torch.isfinite(torch.nansum(values)) or not torch.isinf(values).any():
+    if _nansum_is_finite(values) or not torch.isinf(values).any():
         return
     row = torch.nonzero(torch.isinf(values))[0].tolist()
     raise ValueError(f"{name} contains +-Inf at index {tuple(row)}; rewards must be finite or NaN")
@@ -78,7 +92,11 @@ def prepare_inputs(
     if not isinstance(rewards, torch.Tensor):
         raise TypeError(f"rewards must be a torch.Tensor, got {type(rewards).__name__}")
     if rewards.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"rewards must be float32, float16, bfloat16 or float64, got {rewards.dtype}")
+        if rewards.is_floating_point() or rewards.is_complex():
+            raise TypeError(f"rewards must be bool, integer, float32, float16, bfloat16 or float64, "
+                            f"got {rewards.dtype}")
+        # Bool and integer rewards (reward functions' pass/fail and counts) are cast once.
+        rewards = rewards.to(torch.float32)
     if rewards.dim() == 1:
         rewards = rewards.unsqueeze(1)
     if rewards.dim() != 2:

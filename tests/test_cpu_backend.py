@@ -89,3 +89,61 @@ def test_empty_batch():
     out = dk.fused_advantage(torch.empty(0, 3), 4, backend="cpu")
     assert out.advantages.shape == (0,) and out.keep.shape == (0,)
     assert out.density.tolist() == [0.0, 0.0, 0.0] and int(out.num_groups) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.int64])
+def test_bool_and_integer_rewards_are_cast_once(dtype):
+    """Reward functions' pass/fail flags and counts: the same answer as the float32 rewards."""
+    gen = torch.Generator().manual_seed(8)
+    rewards = torch.randint(0, 2 if dtype == torch.bool else 5, (96, 3), generator=gen).to(dtype)
+    out = dk.fused_advantage(rewards, 8, method="dara", backend="cpu")
+    expected = dk.fused_advantage(rewards.float(), 8, method="dara", backend="cpu")
+    assert torch.equal(out.advantages, expected.advantages)
+
+
+@pytest.mark.parametrize("holes", [False, True], ids=["prefix", "holes"])
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int64, torch.float32, torch.float64])
+def test_token_output_reads_the_mask_in_its_dtype(dtype, holes):
+    """Prefix masks (response then padding) are written from their lengths; others from the mask."""
+    case = make_case(6, "shuffled", 3, shape=(97,))
+    lengths = torch.randint(0, 12, (97,), generator=torch.Generator().manual_seed(2))
+    mask = torch.arange(11)[None, :] < lengths[:, None]
+    if holes:
+        mask &= torch.arange(11)[None, :] % 3 != 1
+    mask = mask.to(dtype)
+    out = dk.fused_advantage(case.rewards, method="gdpo", preset="verl", response_mask=mask, backend="cpu",
+                             **case.layout)
+    ref = dk.fused_advantage(case.rewards, method="gdpo", preset="verl", response_mask=mask.double(),
+                             backend="reference", **case.layout)
+    assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], str(dtype))
+    assert torch.equal(out.token_advantages, out.advantages[:, None] * mask)
+
+
+def test_threads_split_a_large_call_bitwise_identically():
+    """Large enough that the kernel splits it across threads (small calls stay on one)."""
+    case = make_case(9, "fixed", 4, shape=(1 << 17, 4))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = dk.fused_advantage(case.rewards, **case.layout, backend="cpu")
+        torch.set_num_threads(max(2, threads))
+        many = dk.fused_advantage(case.rewards, **case.layout, backend="cpu")
+    finally:
+        torch.set_num_threads(threads)
+    for name in one._fields:
+        if getattr(one, name) is not None:
+            assert torch.equal(getattr(one, name), getattr(many, name)), name
+
+
+@pytest.mark.parametrize("group_size", [2, 16, 33, 100])
+@pytest.mark.parametrize("method", ["dara", "grpo", "dvao"])
+def test_four_float_rewards_complete_groups(method, group_size):
+    """K = 4 float32 without missing entries takes the 16-byte vector moments path;
+    groups past 32 rows cross a float block boundary."""
+    gen = torch.Generator().manual_seed(group_size)
+    rewards = torch.randn(group_size * 40, 4, generator=gen) * torch.tensor([1.0, 0.1, 3.0, 0.5]) + 2.0
+    mask = torch.rand(group_size * 40, 9, generator=gen) < 0.7
+    for kw in (dict(), dict(preset="verl", response_mask=mask)):
+        ref = dk.fused_advantage(rewards, group_size, method=method, backend="reference", **kw)
+        out = dk.fused_advantage(rewards, group_size, method=method, backend="cpu", **kw)
+        assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], f"{method} {kw.keys()}")

@@ -7,7 +7,7 @@ import dara_kernels as dk
 R = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
 
 BAD = [
-    (dict(rewards=R.long(), group_size=2), TypeError, "rewards"),
+    (dict(rewards=R.to(torch.complex64), group_size=2), TypeError, "rewards"),
     (dict(rewards=R.unsqueeze(0), group_size=2), ValueError, "rewards"),
     (dict(rewards=R, group_size=3), ValueError, "group_size"),
     (dict(rewards=R, group_size=0), ValueError, "group_size"),

@@ -26,31 +26,52 @@ struct RowSignal {
   bool keep;
 };
 
-// r: the row's K raw rewards (NaN = missing).
+// GRPO's summed reward sum_k b_k r_k over the row's valid entries; *scorable
+// says whether any entry is valid.
 template <int KT, typename Real>
+DARA_HD Real row_reward_sum(const Real* r, int K, const Options& o, const Real* base, bool* scorable) {
+  if constexpr (KT > 0) K = KT;
+  Real rsum = Real(0);
+  bool any = false;
+  for (int k = 0; k < K; ++k) {
+    Real x;
+    any |= read_reward(r[k], o, &x);
+    rsum += base[k] * x;  // x is 0 for an entry that does not count
+  }
+  *scorable = any;
+  return rsum;
+}
+
+// Which combined columns a row has. A caller that knows it at compile time
+// passes it, so a loop over rows has no branch left and runs in SIMD lanes.
+enum class Columns { kRuntime, kPerReward, kGroupWeighted, kSummed };
+
+// r: the row's K raw rewards (NaN = missing).
+template <int KT, typename Real, Columns M = Columns::kRuntime>
 DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const Real* base,
                              const GroupRefOf<Real>& group, Real* reward_a, Real* column_a) {
   if constexpr (KT > 0) K = KT;
+  const bool summed = M == Columns::kRuntime ? o.combined_column() : M == Columns::kSummed;
+  const bool weighted = M == Columns::kRuntime ? group.weight != nullptr : M == Columns::kGroupWeighted;
   bool scorable = false, positive = false, negative = false;
-  Real rsum = Real(0);
   for (int k = 0; k < K; ++k) {
-    const Real x = clean_reward(r[k], o);
-    const bool valid = x == x;
-    const Real a = valid ? (x - group.mean[k]) * group.scale[k] : Real(0);
+    Real x;
+    const bool valid = read_reward(r[k], o, &x);
+    // A product with the 0/1 flag, not a branch: rows can run in SIMD lanes.
+    const Real a = (x - group.mean[k]) * group.scale[k] * (valid ? Real(1) : Real(0));
     reward_a[k] = a;
-    scorable |= valid;
     positive |= a > Real(0);
     negative |= a < Real(0);
-    rsum += valid ? base[k] * x : Real(0);
   }
-  if (o.combined_column()) {
+  const Real rsum = row_reward_sum<KT>(r, K, o, base, &scorable);
+  if (summed) {
     column_a[0] = scorable ? (rsum - group.sum_mean) * group.sum_scale : Real(0);
-  } else if (group.weight) {
+  } else if (weighted) {
     for (int k = 0; k < K; ++k) column_a[k] = group.weight[k] * reward_a[k];
   } else {
     for (int k = 0; k < K; ++k) column_a[k] = reward_a[k];
   }
-  return {scorable, !(o.drops_conflicts() && positive && negative)};
+  return {scorable, !(o.drops_conflicts() & positive & negative)};
 }
 
 // The advantage apply writes: s_j = sum_c combine_c a_c, whitened by the
@@ -61,7 +82,8 @@ DARA_HD Real row_advantage(const RowSignal& rs, const Real* column_a, int C, con
   if constexpr (CT > 0) C = CT;
   Real s = Real(0);
   for (int c = 0; c < C; ++c) s += combine[c] * column_a[c];
-  return (rs.keep && rs.scorable) ? (s - shift) * factor : Real(0);
+  // A product with the 0/1 flag (s is finite), not a branch: rows can run in SIMD lanes.
+  return (s - shift) * factor * ((rs.keep & rs.scorable) ? Real(1) : Real(0));
 }
 
 }  // namespace dara

@@ -7,8 +7,10 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "../core/wire.h"
@@ -100,18 +102,80 @@ void finish_group(const AccumulateArgs& a, int64_t g, const double* count, const
   sums.groups += 1.0;
 }
 
-// SAW and SA-MRPO only: the batch's sum of squares, min and max per reward.
+// SAW and SA-MRPO only: one row's valid entries into the batch's sum of
+// squares, max and max of the negation per reward.
+template <int KT, typename Real>
+void add_raw_extremes(const Real* row, const AccumulateArgs& a, ChunkSums<KT>& sums) {
+  const int K = KT > 0 ? KT : a.K;
+  for (int k = 0; k < K; ++k) {
+    const double r = static_cast<double>(clean_reward(row[k], *a.options));
+    if (!(r == r)) continue;
+    sums.sum_sq[k] += r * r;
+    sums.hi[k] = std::fmax(sums.hi[k], r);
+    sums.lo[k] = std::fmax(sums.lo[k], -r);
+  }
+}
+
 template <int KT, typename scalar_t>
 void raw_extremes(const scalar_t* rewards, const AccumulateArgs& a, int64_t begin, int64_t end,
                   ChunkSums<KT>& sums) {
+  using Real = row_real_t<scalar_t>;
   const int K = KT > 0 ? KT : a.K;
-  for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + p * K;
-    for (int k = 0; k < K; ++k) {
-      const double r = static_cast<double>(row[k]);
-      sums.sum_sq[k] += r * r;
-      sums.hi[k] = std::fmax(sums.hi[k], r);
-      sums.lo[k] = std::fmax(sums.lo[k], -r);
+  Real row[local_size<KT>()];
+  for (int64_t p = begin; p < end; ++p) add_raw_extremes<KT>(load_row<KT>(rewards + p * K, K, row), a, sums);
+}
+
+// Zeroes the rows x cols corner of a matrix with row stride `stride`.
+template <typename T>
+inline void zero(T* m, int rows, int cols, int stride) {
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) m[r * stride + c] = T(0);
+  }
+}
+
+// Rows per block of the per-row real type's partial sums before they reach
+// the double group sums: float rounding over 32 terms stays below 2e-6.
+constexpr int64_t kRowBlock = 32;
+
+// Sums over rows [b0, b1) of x = row - shift and of the full square x x^T
+// (row stride N), in the per-row real type.
+template <int KT, typename Real, typename scalar_t>
+void block_moments(const scalar_t* rewards, int K, int64_t b0, int64_t b1, const Real* shift, Real* bs,
+                   Real* bP) {
+  constexpr int N = local_size<KT>();
+  if constexpr (KT == 4 && std::is_same_v<Real, float> && std::is_same_v<scalar_t, float>) {
+    // Four float rewards are one 16-byte vector: each row is a load, a
+    // subtract and four broadcast multiply-adds (the compiler's own
+    // vectorisation of the loops below shuffles lanes instead).
+    typedef float v4 __attribute__((vector_size(16)));
+    v4 sh, sum = {}, p0 = {}, p1 = {}, p2 = {}, p3 = {};
+    std::memcpy(&sh, shift, sizeof(v4));
+    for (int64_t p = b0; p < b1; ++p) {
+      v4 x;
+      std::memcpy(&x, rewards + p * 4, sizeof(v4));
+      x -= sh;
+      sum += x;
+      p0 += x * x[0];
+      p1 += x * x[1];
+      p2 += x * x[2];
+      p3 += x * x[3];
+    }
+    std::memcpy(bs, &sum, sizeof(v4));
+    std::memcpy(bP, &p0, sizeof(v4));
+    std::memcpy(bP + 4, &p1, sizeof(v4));
+    std::memcpy(bP + 8, &p2, sizeof(v4));
+    std::memcpy(bP + 12, &p3, sizeof(v4));
+  } else {
+    if constexpr (KT > 0) K = KT;
+    zero(bs, 1, K, N);
+    zero(bP, K, K, N);
+    for (int64_t p = b0; p < b1; ++p) {
+      Real x[N];
+      for (int k = 0; k < K; ++k) x[k] = static_cast<Real>(rewards[p * K + k]) - shift[k];
+      for (int c = 0; c < K; ++c) {
+        bs[c] += x[c];
+        for (int e = 0; e < K; ++e) bP[c * N + e] += x[c] * x[e];
+      }
     }
   }
 }
@@ -124,33 +188,51 @@ void raw_extremes(const scalar_t* rewards, const AccumulateArgs& a, int64_t begi
 template <int KT, typename scalar_t>
 bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, int64_t begin, int64_t end,
                     GroupTable& table, ChunkSums<KT>& sums) {
+  using Real = row_real_t<scalar_t>;
   constexpr int N = local_size<KT>();
   const int K = KT > 0 ? KT : a.K;
   const Options& o = *a.options;
   const GroupLayout& layout = *a.layout;
   const bool combined = o.combined_column();
+  const bool tokens = a.token_weights != nullptr;
   double shift[N], s[N], ts[N], P[N * N], tP[N * N];
+  Real row_shift[N];
   for (int k = 0; k < K; ++k) {
-    shift[k] = static_cast<double>(rewards[begin * K + k]);
-    s[k] = ts[k] = 0.0;
-    for (int e = 0; e < K; ++e) P[k * N + e] = tP[k * N + e] = 0.0;
+    row_shift[k] = static_cast<Real>(rewards[begin * K + k]);
+    shift[k] = static_cast<double>(row_shift[k]);
   }
+  // Only the K x K corner is used (N is kMaxCpuRewards for the generic K).
+  zero(s, 1, K, N);
+  zero(ts, 1, K, N);
+  zero(P, K, K, N);
+  zero(tP, K, K, N);
   double tw = 0.0;
-  for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + p * K;
-    double x[N];
-    for (int k = 0; k < K; ++k) x[k] = static_cast<double>(row[k]) - shift[k];
+  for (int64_t b0 = begin; b0 < end; b0 += kRowBlock) {
+    const int64_t b1 = std::min(end, b0 + kRowBlock);
+    Real bs[N], bP[N * N];
+    block_moments<KT>(rewards, K, b0, b1, row_shift, bs, bP);
     for (int c = 0; c < K; ++c) {
-      s[c] += x[c];
-      for (int e = c; e < K; ++e) P[c * N + e] += x[c] * x[e];
+      s[c] += static_cast<double>(bs[c]);
+      for (int e = 0; e < K; ++e) P[c * N + e] += static_cast<double>(bP[c * N + e]);
     }
-    if (a.token_weights) {
-      const double w = a.token_weights[layout.row(p)];
-      tw += w;
+    if (!a.token_weights) continue;
+    Real bts[N], btP[N * N], btw = Real(0);
+    zero(bts, 1, K, N);
+    zero(btP, K, K, N);
+    for (int64_t p = b0; p < b1; ++p) {
+      const Real w = static_cast<Real>(a.token_weights[layout.row(p)]);
+      Real x[N];
+      for (int k = 0; k < K; ++k) x[k] = static_cast<Real>(rewards[p * K + k]) - row_shift[k];
+      btw += w;
       for (int c = 0; c < K; ++c) {
-        ts[c] += w * x[c];
-        for (int e = c; e < K; ++e) tP[c * N + e] += w * x[c] * x[e];
+        bts[c] += w * x[c];
+        for (int e = 0; e < K; ++e) btP[c * N + e] += w * x[c] * x[e];
       }
+    }
+    tw += static_cast<double>(btw);
+    for (int c = 0; c < K; ++c) {
+      ts[c] += static_cast<double>(bts[c]);
+      for (int e = 0; e < K; ++e) tP[c * N + e] += static_cast<double>(btP[c * N + e]);
     }
   }
   for (int k = 0; k < K; ++k) {
@@ -166,12 +248,14 @@ bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g,
     mean[c] = shift[c] + m[c];
     count[c] = n;
     sum[c] = n * shift[c] + s[c];
-    tdsum[c] = ts[c] - tw * m[c];
+    tdsum[c] = tokens ? ts[c] - tw * m[c] : 0.0;
   }
   for (int c = 0; c < K; ++c) {
     for (int e = c; e < K; ++e) {
       cov[c * N + e] = cov[e * N + c] = P[c * N + e] - s[c] * m[e];
-      tcov[c * N + e] = tcov[e * N + c] = tP[c * N + e] - m[c] * ts[e] - m[e] * ts[c] + tw * m[c] * m[e];
+      if (tokens) {
+        tcov[c * N + e] = tcov[e * N + c] = tP[c * N + e] - m[c] * ts[e] - m[e] * ts[c] + tw * m[c] * m[e];
+      }
     }
     cov[c * N + c] = std::fmax(cov[c * N + c], 0.0);
     dev[c] = cov[c * N + c];
@@ -184,14 +268,15 @@ bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g,
   sums.rows += n;
   sums.token_total += tw;
   table.kappa[g] = 1.0;
-  table.complete[g] = 1;
   if (combined) {
     double rsum_dev = 0.0, rsum_tdev = 0.0, rsum_tsum = 0.0;
     for (int c = 0; c < K; ++c) {
-      rsum_tsum += a.base[c] * tdsum[c];
-      for (int e = 0; e < K; ++e) {
-        rsum_dev += a.base[c] * a.base[e] * cov[c * N + e];
-        rsum_tdev += a.base[c] * a.base[e] * tcov[c * N + e];
+      for (int e = 0; e < K; ++e) rsum_dev += a.base[c] * a.base[e] * cov[c * N + e];
+    }
+    if (tokens) {
+      for (int c = 0; c < K; ++c) {
+        rsum_tsum += a.base[c] * tdsum[c];
+        for (int e = 0; e < K; ++e) rsum_tdev += a.base[c] * a.base[e] * tcov[c * N + e];
       }
     }
     const ColumnStats st = finish_column(n, sum_mean, std::fmax(rsum_dev, 0.0), o);
@@ -205,18 +290,20 @@ bool complete_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g,
   double col[N];
   for (int k = 0; k < K; ++k) col[k] = scale[k] * (o.group_weighted() ? table.weight[g * K + k] : 1.0);
   for (int c = 0; c < K; ++c) {
+    for (int e = c; e < K; ++e) sums.cross[c * K + e] += col[c] * col[e] * cov[c * N + e];
+  }
+  if (!tokens) return true;
+  for (int c = 0; c < K; ++c) {
     sums.token_signal[c] += col[c] * tdsum[c];
-    for (int e = c; e < K; ++e) {
-      sums.cross[c * K + e] += col[c] * col[e] * cov[c * N + e];
-      sums.token_cross[c * K + e] += col[c] * col[e] * tcov[c * N + e];
-    }
+    for (int e = c; e < K; ++e) sums.token_cross[c * K + e] += col[c] * col[e] * tcov[c * N + e];
   }
   return true;
 }
 
-// Missing entries, unscorable rows or GD2PO's dropped rows: NaN-aware sums,
-// then the deviations, then a row pass through row_signal.
-template <int KT, typename scalar_t>
+// Missing entries, unscorable rows or GD2PO's dropped rows: the group
+// statistics' two passes (core/group_math.h), then a row pass through
+// row_signal, in the given per-row real type with double sums.
+template <int KT, typename Real, typename scalar_t>
 void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, int64_t begin, int64_t end,
                    GroupTable& table, ChunkSums<KT>& sums) {
   constexpr int N = local_size<KT>();
@@ -224,25 +311,16 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
   const Options& o = *a.options;
   const GroupLayout& layout = *a.layout;
   const bool raw_stats = o.method == kSaw || o.method == kSaMrpo;
+  Real base[N], row[N];
+  for (int k = 0; k < K; ++k) base[k] = static_cast<Real>(a.base[k]);
   double count[N] = {}, sum[N] = {};
   double sum_count = 0.0, sum_total = 0.0;
   for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + p * K;
-    double rsum = 0.0;
-    bool scorable = false;
-    for (int k = 0; k < K; ++k) {
-      const double r = clean_reward(static_cast<double>(row[k]), o);
-      const bool valid = r == r;
-      count[k] += valid ? 1.0 : 0.0;
-      sum[k] += valid ? r : 0.0;
-      rsum += valid ? a.base[k] * r : 0.0;
-      scorable |= valid;
-      if (raw_stats && valid) {
-        sums.sum_sq[k] += r * r;
-        sums.hi[k] = std::fmax(sums.hi[k], r);
-        sums.lo[k] = std::fmax(sums.lo[k], -r);
-      }
-    }
+    load_row<KT>(rewards + p * K, K, row);
+    add_row_sums<KT>(row, K, o, count, sum);
+    if (raw_stats) add_raw_extremes<KT>(row, a, sums);
+    bool scorable;
+    const double rsum = static_cast<double>(row_reward_sum<KT>(row, K, o, base, &scorable));
     sum_count += scorable ? 1.0 : 0.0;
     sum_total += scorable ? rsum : 0.0;
   }
@@ -252,18 +330,11 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
   double dev[N] = {};
   double sum_dev = 0.0;
   for (int64_t p = begin; p < end; ++p) {
-    const scalar_t* row = rewards + p * K;
-    double rsum = 0.0;
-    bool scorable = false;
-    for (int k = 0; k < K; ++k) {
-      const double r = clean_reward(static_cast<double>(row[k]), o);
-      const bool valid = r == r;
-      const double d = valid ? r - mean[k] : 0.0;
-      dev[k] += d * d;
-      rsum += valid ? a.base[k] * r : 0.0;
-      scorable |= valid;
-    }
-    if (o.combined_column() && scorable) sum_dev += (rsum - sum_mean) * (rsum - sum_mean);
+    load_row<KT>(rewards + p * K, K, row);
+    add_row_deviations<KT>(row, K, o, mean, dev);
+    bool scorable;
+    const double d = static_cast<double>(row_reward_sum<KT>(row, K, o, base, &scorable)) - sum_mean;
+    sum_dev += scorable ? d * d : 0.0;
   }
   finish_group<KT>(a, g, count, sum, dev, table, sums);
   if (o.combined_column()) {
@@ -273,32 +344,41 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
   }
 
   const int C = o.combined_column() ? 1 : K;
-  const GroupRef group = table.ref(g);
-  double reward_a[N], column_a[N], row_values[N];
+  const GroupRef stats = table.ref(g);
+  Real group_mean[N], group_scale[N], group_weight[N];
+  for (int k = 0; k < K; ++k) {
+    group_mean[k] = static_cast<Real>(stats.mean[k]);
+    group_scale[k] = static_cast<Real>(stats.scale[k]);
+    group_weight[k] = stats.weight ? static_cast<Real>(stats.weight[k]) : Real(0);
+  }
+  const GroupRefOf<Real> group{group_mean, group_scale, stats.weight ? group_weight : nullptr,
+                               static_cast<Real>(stats.sum_mean), static_cast<Real>(stats.sum_scale)};
+  Real reward_a[N], column_a[N] = {};  // C > 1 means row_signal fills every column
   double kept = 0.0;
   for (int64_t p = begin; p < end; ++p) {
     const int64_t j = layout.row(p);
-    const RowSignal rs = row_signal<KT>(load_row<KT>(rewards + p * K, K, row_values), K, o, a.base, group,
-                                        reward_a, column_a);
-    for (int k = 0; k < K; ++k) sums.energy[k] += reward_a[k] * reward_a[k];
+    const RowSignal rs = row_signal<KT>(load_row<KT>(rewards + p * K, K, row), K, o, base, group, reward_a,
+                                        column_a);
+    for (int k = 0; k < K; ++k) sums.energy[k] += static_cast<double>(reward_a[k] * reward_a[k]);
     kept += rs.keep ? 1.0 : 0.0;
     if (!(rs.keep && rs.scorable)) continue;
     sums.rows += 1.0;
+    double col[N];
+    for (int c = 0; c < C; ++c) col[c] = static_cast<double>(column_a[c]);
     for (int c = 0; c < C; ++c) {
-      sums.signal[c] += column_a[c];
-      for (int e = c; e < C; ++e) sums.cross[c * C + e] += column_a[c] * column_a[e];
+      sums.signal[c] += col[c];
+      for (int e = c; e < C; ++e) sums.cross[c * C + e] += col[c] * col[e];
     }
     if (a.token_weights) {
       const double w = a.token_weights[j];
       sums.token_total += w;
       for (int c = 0; c < C; ++c) {
-        sums.token_signal[c] += w * column_a[c];
-        for (int e = c; e < C; ++e) sums.token_cross[c * C + e] += w * column_a[c] * column_a[e];
+        sums.token_signal[c] += w * col[c];
+        for (int e = c; e < C; ++e) sums.token_cross[c * C + e] += w * col[c] * col[e];
       }
     }
   }
   table.kappa[g] = kept / static_cast<double>(end - begin);
-  table.complete[g] = 0;
 }
 
 template <int KT, typename scalar_t>
@@ -308,7 +388,10 @@ void accumulate_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t 
   const int64_t begin = a.layout->begin(g), end = a.layout->end(g);
   const bool may_be_complete = !o.drops_conflicts() && (end - begin >= 2 || !o.singleton_verl);
   if (may_be_complete && complete_group<KT>(rewards, a, g, begin, end, table, sums)) return;
-  partial_group<KT>(rewards, a, g, begin, end, table, sums);
+  // Groups with missing entries or dropped rows take double rows: their
+  // statistics are only known after the sums, and GD2PO's drops depend on
+  // the signs of A_jk, which float rounding near zero would flip.
+  partial_group<KT, double>(rewards, a, g, begin, end, table, sums);
 }
 
 // Fills `table` and writes the batch accumulators into acc / extrema.
@@ -317,11 +400,13 @@ void accumulate(const scalar_t* rewards, const AccumulateArgs& a, GroupTable& ta
                 const AccumulatorLayout& L, double* acc, double* extrema) {
   const int64_t groups = a.layout->num_groups();
   const int64_t chunks = num_chunks(groups);
+  const int64_t rows = a.layout->num_rows();
+  const int64_t bytes = rows * (a.K * static_cast<int64_t>(sizeof(scalar_t)) + (a.token_weights ? 8 : 0));
   const int M = L.size(), E = L.extrema_size();
   std::vector<double> partial(chunks * M), partial_extrema(chunks * E);
   dispatch_reward_count(a.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
-    for_each_chunk(groups, [&](int64_t c, int64_t g0, int64_t g1) {
+    for_each_chunk(groups, bytes, [&](int64_t c, int64_t g0, int64_t g1) {
       auto sums = std::make_unique<ChunkSums<KT>>();
       for (int64_t g = g0; g < g1; ++g) accumulate_group<KT>(rewards, a, g, table, *sums);
       sums->store(L, partial.data() + c * M, partial_extrema.data() + c * E);

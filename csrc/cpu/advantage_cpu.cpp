@@ -8,12 +8,21 @@
 #include <tuple>
 #include <vector>
 
+// The kernels below never read floating-point exception flags. Without trap
+// semantics the compiler may evaluate both sides of the row formulas' selects,
+// which is what lets a loop over rows run in SIMD lanes.
+#pragma GCC optimize("no-trapping-math")
+
 #include "../core/wire.h"
+#include "../op_outputs.h"
 #include "../core/finalize.h"
 #include "accumulate.h"
 #include "apply.h"
+#include "gather_rows.h"
 #include "group_layout.h"
 #include "group_table.h"
+#include "huge_pages.h"
+#include "token_mask.h"
 
 namespace dara {
 namespace {
@@ -27,6 +36,7 @@ struct Problem {
   at::Tensor rewards;
   at::Tensor base;
   at::Tensor token_weights;  // undefined unless batch_norm is "token"
+  std::vector<int64_t> mask_prefix;  // from the token-weight pass over the mask, else empty
 };
 
 Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
@@ -45,9 +55,10 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
     TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
     at::Tensor ids = group_index->to(at::kLong).contiguous();
     p.layout = GroupLayout::from_ids(ids.data_ptr<int64_t>(), n);
-    // One gather into group order: the kernels then stream the rewards.
-    at::Tensor order = at::from_blob(const_cast<int64_t*>(p.layout.rows().data()), {n}, at::kLong);
-    p.rewards = p.rewards.index_select(0, order);
+    at::Tensor gathered = at::empty_like(p.rewards);
+    gather_rows(static_cast<const char*>(p.rewards.const_data_ptr()), p.layout.rows().data(), n,
+                K * static_cast<int64_t>(p.rewards.element_size()), static_cast<char*>(gathered.data_ptr()));
+    p.rewards = gathered;
   } else {
     TORCH_CHECK(group_size >= 1 && n % group_size == 0, "dara: group_size must divide N");
     p.layout = GroupLayout::contiguous(n, group_size);
@@ -55,7 +66,13 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
   if (p.options.batch_norm == kTokenNorm) {
     if (response_mask.has_value()) {
       TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
-      p.token_weights = response_mask->sum(1, /*keepdim=*/false, at::kDouble).contiguous();
+      const at::Tensor mask = response_mask->contiguous();
+      p.token_weights = at::empty({n}, rewards.options().dtype(at::kDouble));
+      p.mask_prefix.resize(n);
+      AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_weights", [&] {
+        mask_row_sums(mask.data_ptr<scalar_t>(), n, mask.size(1), p.token_weights.data_ptr<double>(),
+                      p.mask_prefix.data());
+      });
     } else {
       TORCH_CHECK(response_lengths.has_value() && response_lengths->numel() == n,
                   "dara: token batch normalisation needs response_mask or response_lengths");
@@ -89,10 +106,7 @@ std::tuple<at::Tensor, at::Tensor> accumulate_cpu(const at::Tensor& rewards, con
   return {acc, extrema};
 }
 
-using AdvantageTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-                                  at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
-
-AdvantageTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
+OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
                                    const at::Tensor& reward_weights, const OptTensor& response_mask,
                                    const OptTensor& response_lengths, const OptTensor& reward_bounds,
                                    const OptTensor& accumulators, const OptTensor& extrema,
@@ -142,11 +156,30 @@ AdvantageTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& g
 
   at::Tensor token_advantages = at::empty({0}, f32);
   if (response_mask.has_value()) {
-    token_advantages = at::empty({n, response_mask->size(1)}, f32);
-    at::mul_out(token_advantages, advantages.unsqueeze(1), *response_mask);
+    TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
+    const at::Tensor mask = response_mask->contiguous();
+    const int64_t T = mask.size(1);
+    token_advantages = empty_large_output({n, T}, f32);
+    AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_output", [&] {
+      write_token_advantages(advantages.data_ptr<float>(), mask.data_ptr<scalar_t>(),
+                             p.mask_prefix.empty() ? nullptr : p.mask_prefix.data(), n, T,
+                             token_advantages.data_ptr<float>());
+    });
   }
-  return {advantages, token_advantages, density, weights, energy, weighted_energy,
-          active, num_groups, batch_mean, batch_std, keep, query_scale};
+  Outputs out;
+  out[kOutAdvantages] = advantages;
+  out[kOutTokenAdvantages] = token_advantages;
+  out[kOutDensity] = density;
+  out[kOutWeights] = weights;
+  out[kOutEnergy] = energy;
+  out[kOutWeightedEnergy] = weighted_energy;
+  out[kOutActiveGroups] = active;
+  out[kOutNumGroups] = num_groups;
+  out[kOutBatchMean] = batch_mean;
+  out[kOutBatchStd] = batch_std;
+  out[kOutKeep] = keep;
+  out[kOutQueryScale] = query_scale;
+  return outputs_tuple(out);
 }
 
 }  // namespace

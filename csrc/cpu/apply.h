@@ -1,13 +1,17 @@
 // Apply: the second and last read of the rewards (in group order, see
-// accumulate.h); writes each response's
-// advantage, keep flag and query scale once.
+// accumulate.h); writes each response's advantage, keep flag and query scale
+// once. Each row goes through the shared row formulas (core/row_signal.h) in
+// the per-row real type, with K and C known at compile time so they unroll.
 #pragma once
+#include <cmath>
+#include <type_traits>
+
 #include "../core/wire.h"
+#include "../core/row_signal.h"
 #include "chunks.h"
 #include "group_layout.h"
 #include "group_table.h"
 #include "reward_count.h"
-#include "../core/row_signal.h"
 
 namespace dara {
 
@@ -22,87 +26,102 @@ struct ApplyArgs {
   const GroupLayout* layout;
 };
 
-template <int KT, typename scalar_t>
-void apply_chunk(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, int64_t g0, int64_t g1,
-                 float* advantages, bool* keep, float* query_scale) {
+// Float rows lose up to |mean| * 2^-24 to the rounding of the group mean.
+// While |mean| is within this many of the column's 1 / scale (its spread),
+// A_jk stays within about 1e-6 of the double value (the CPU tolerance is
+// 1e-5); a group with a larger offset runs its rows in double.
+constexpr double kFloatMeanPerSpread = 16.0;
+
+inline bool float_rows_suffice(const GroupRef& g, int K, bool summed) {
+  bool ok = !summed || std::fabs(g.sum_mean) * g.sum_scale <= kFloatMeanPerSpread;
+  for (int k = 0; k < K; ++k) ok &= std::fabs(g.mean[k]) * g.scale[k] <= kFloatMeanPerSpread;
+  return ok;
+}
+
+template <int KT, Columns M, typename Real, typename scalar_t>
+void apply_group(const scalar_t* rewards, const ApplyArgs& a, const Options& o, const GroupRef& stats,
+                 double kappa, int64_t begin, int64_t end, float* advantages, bool* keep, float* query_scale) {
   constexpr int N = local_size<KT>();
   const int K = KT > 0 ? KT : a.K;
-  const int C = a.C;
-  const Options& o = *a.options;
+  constexpr int CT = M == Columns::kSummed ? 1 : KT;
+  const int C = CT > 0 ? CT : a.C;
   const GroupLayout& layout = *a.layout;
-  for (int64_t g = g0; g < g1; ++g) {
-    const GroupRef group = table.ref(g);
-    const double kappa = table.kappa[g];
-    const double factor = (o.apply_query_scale ? kappa : 1.0) * a.scale;
-    const int64_t begin = layout.begin(g), end = layout.end(g);
-    if (o.drops_conflicts()) {
-      double reward_a[N], column_a[N], row_values[N];
-      for (int64_t p = begin; p < end; ++p) {
-        const int64_t j = layout.row(p);
-        const RowSignal rs = row_signal<KT>(load_row<KT>(rewards + p * K, K, row_values), K, o, a.base, group,
-                                            reward_a, column_a);
-        double s = 0.0;
-        for (int c = 0; c < C; ++c) s += a.combine[c] * column_a[c];
-        advantages[j] = static_cast<float>((rs.keep && rs.scorable) ? (s - a.shift) * factor : 0.0);
-        keep[j] = rs.keep;
-        query_scale[j] = static_cast<float>(kappa);
-      }
-      continue;
-    }
-    // Every row is kept: s_j is an affine function of the valid rewards.
-    double coef[N];
-    for (int k = 0; k < K; ++k) {
-      coef[k] = a.combine[o.combined_column() ? 0 : k] * group.scale[k] * (group.weight ? group.weight[k] : 1.0);
-    }
-    const double sum_coef = o.combined_column() ? a.combine[0] * group.sum_scale : 0.0;
-    if (table.complete[g] && !layout.sorted()) {
-      // No missing entry and rows in place: a branch-free loop the compiler vectorises.
-      double offset = 0.0;
-      for (int k = 0; k < K; ++k) {
-        if (o.combined_column()) coef[k] = sum_coef * a.base[k];
-        offset += o.combined_column() ? 0.0 : coef[k] * group.mean[k];
-      }
-      if (o.combined_column()) offset = sum_coef * group.sum_mean;
-      const double base_value = -(offset + a.shift);
-#pragma omp simd
-      for (int64_t p = begin; p < end; ++p) {
-        double s = base_value;
-        for (int k = 0; k < K; ++k) s += coef[k] * static_cast<double>(rewards[p * K + k]);
-        advantages[p] = static_cast<float>(s * factor);
-        keep[p] = true;
-        query_scale[p] = static_cast<float>(kappa);
-      }
-      continue;
-    }
+  Real base[N], combine[N], mean[N], scale[N], weight[N];
+  for (int k = 0; k < K; ++k) {
+    base[k] = static_cast<Real>(a.base[k]);
+    mean[k] = static_cast<Real>(stats.mean[k]);
+    scale[k] = static_cast<Real>(stats.scale[k]);
+    weight[k] = stats.weight ? static_cast<Real>(stats.weight[k]) : Real(0);
+  }
+  for (int c = 0; c < C; ++c) combine[c] = static_cast<Real>(a.combine[c]);
+  const GroupRefOf<Real> group{mean, scale, stats.weight ? weight : nullptr, static_cast<Real>(stats.sum_mean),
+                               static_cast<Real>(stats.sum_scale)};
+  const Real shift = static_cast<Real>(a.shift);
+  const Real factor = static_cast<Real>((o.apply_query_scale ? kappa : 1.0) * a.scale);
+  const float q = static_cast<float>(kappa);
+  if (!layout.sorted()) {
+    // Rows in place: the compiler runs this loop across rows in SIMD lanes.
     for (int64_t p = begin; p < end; ++p) {
-      const int64_t j = layout.row(p);
-      const scalar_t* row = rewards + p * K;
-      double s = 0.0, rsum = 0.0;
-      bool scorable = false;
-      for (int k = 0; k < K; ++k) {
-        const double r = clean_reward(static_cast<double>(row[k]), o);
-        const bool valid = r == r;
-        s += valid ? coef[k] * (r - group.mean[k]) : 0.0;
-        rsum += valid ? a.base[k] * r : 0.0;
-        scorable |= valid;
-      }
-      if (o.combined_column()) s = sum_coef * (rsum - group.sum_mean);
-      advantages[j] = static_cast<float>(scorable ? (s - a.shift) * factor : 0.0);
-      keep[j] = true;
-      query_scale[j] = static_cast<float>(kappa);
+      Real row[N], reward_a[N], column_a[N] = {};  // C > 1 means row_signal fills every column
+      const RowSignal rs = row_signal<KT, Real, M>(load_row<KT>(rewards + p * K, K, row), K, o, base, group,
+                                                   reward_a, column_a);
+      advantages[p] = static_cast<float>(row_advantage<CT>(rs, column_a, C, combine, shift, factor));
+      keep[p] = rs.keep;
+      query_scale[p] = q;
+    }
+    return;
+  }
+  for (int64_t p = begin; p < end; ++p) {
+    Real row[N], reward_a[N], column_a[N] = {};
+    const RowSignal rs = row_signal<KT, Real, M>(load_row<KT>(rewards + p * K, K, row), K, o, base, group,
+                                                 reward_a, column_a);
+    const int64_t j = layout.row(p);
+    advantages[j] = static_cast<float>(row_advantage<CT>(rs, column_a, C, combine, shift, factor));
+    keep[j] = rs.keep;
+    query_scale[j] = q;
+  }
+}
+
+template <int KT, Columns M, typename Real, typename scalar_t>
+void apply_groups(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, int64_t g0, int64_t g1,
+                  float* advantages, bool* keep, float* query_scale) {
+  const Options o = *a.options;  // a local copy: the output stores cannot alias it
+  for (int64_t g = g0; g < g1; ++g) {
+    const GroupRef stats = table.ref(g);
+    const int64_t begin = a.layout->begin(g), end = a.layout->end(g);
+    if (std::is_same_v<Real, double> || float_rows_suffice(stats, a.K, M == Columns::kSummed)) {
+      apply_group<KT, M, Real>(rewards, a, o, stats, table.kappa[g], begin, end, advantages, keep, query_scale);
+    } else {
+      apply_group<KT, M, double>(rewards, a, o, stats, table.kappa[g], begin, end, advantages, keep, query_scale);
     }
   }
+}
+
+template <typename Real, typename scalar_t>
+void apply_in(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, float* advantages,
+              bool* keep, float* query_scale) {
+  const int64_t n = a.layout->num_rows();
+  const int64_t bytes = n * (a.K * static_cast<int64_t>(sizeof(scalar_t)) + 9);
+  dispatch_reward_count(a.K, [&](auto kt) {
+    constexpr int KT = decltype(kt)::value;
+    auto run = [&](auto mode) {
+      for_each_chunk(a.layout->num_groups(), bytes, [&](int64_t, int64_t g0, int64_t g1) {
+        apply_groups<KT, decltype(mode)::value, Real>(rewards, a, table, g0, g1, advantages, keep, query_scale);
+      });
+    };
+    dispatch_columns(*a.options, run);
+  });
 }
 
 template <typename scalar_t>
 void apply(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, float* advantages,
            bool* keep, float* query_scale) {
-  dispatch_reward_count(a.K, [&](auto kt) {
-    constexpr int KT = decltype(kt)::value;
-    for_each_chunk(a.layout->num_groups(), [&](int64_t, int64_t g0, int64_t g1) {
-      apply_chunk<KT>(rewards, a, table, g0, g1, advantages, keep, query_scale);
-    });
-  });
+  // GD2PO's keep flag depends on the signs of A_jk: kept in double (accumulate.h).
+  if (a.options->drops_conflicts()) {
+    apply_in<double>(rewards, a, table, advantages, keep, query_scale);
+  } else {
+    apply_in<row_real_t<scalar_t>>(rewards, a, table, advantages, keep, query_scale);
+  }
 }
 
 }  // namespace dara

@@ -13,6 +13,7 @@ class GroupLayout {
   static GroupLayout from_ids(const int64_t* ids, int64_t num_rows);
 
   int64_t num_groups() const { return num_groups_; }
+  int64_t num_rows() const { return csr_ ? static_cast<int64_t>(rows_.size()) : num_groups_ * group_size_; }
   int64_t begin(int64_t g) const { return csr_ ? offsets_[g] : g * group_size_; }
   int64_t end(int64_t g) const { return csr_ ? offsets_[g + 1] : (g + 1) * group_size_; }
   int64_t row(int64_t position) const { return csr_ ? rows_[position] : position; }

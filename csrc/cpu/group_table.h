@@ -13,7 +13,6 @@ namespace dara {
 struct GroupTable {
   int K;
   std::vector<double> mean, scale, weight, sum_mean, sum_scale, kappa;
-  std::vector<char> complete;  // every entry valid and every row kept
 
   GroupTable(int64_t num_groups, int num_rewards, const Options& o)
       : K(num_rewards),
@@ -22,8 +21,7 @@ struct GroupTable {
         weight(o.group_weighted() ? num_groups * num_rewards : 0),
         sum_mean(o.combined_column() ? num_groups : 0),
         sum_scale(o.combined_column() ? num_groups : 0),
-        kappa(num_groups),
-        complete(num_groups) {}
+        kappa(num_groups) {}
 
   GroupRef ref(int64_t g) const {
     return {mean.data() + g * K, scale.data() + g * K,

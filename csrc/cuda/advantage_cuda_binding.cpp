@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "../core/wire.h"
+#include "../op_outputs.h"
 #include "launch.h"
 
 namespace dara {
@@ -167,10 +168,7 @@ std::tuple<at::Tensor, at::Tensor> accumulate_cuda(const at::Tensor& rewards, co
   return {l.acc, l.extrema};
 }
 
-using AdvantageTuple = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-                                  at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
-
-AdvantageTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
+OutputTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
                                     const at::Tensor& reward_weights, const OptTensor& response_mask,
                                     const OptTensor& response_lengths, const OptTensor& reward_bounds,
                                     const OptTensor& accumulators, const OptTensor& extrema,
@@ -226,8 +224,20 @@ AdvantageTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& 
                                mask.defined() ? dtype_of(mask.scalar_type()) : cuda::DType::kBool,
                                mask.defined() ? mask.size(1) : 0};
   check(cuda::launch_apply(p.problem, l.table, affine.data_ptr<double>(), out, l.blocks, stream));
-  return {advantages, token, density, weights, energy, weighted_energy,
-          active, num_groups, batch_mean, batch_std, keep, query_scale};
+  Outputs result;
+  result[kOutAdvantages] = advantages;
+  result[kOutTokenAdvantages] = token;
+  result[kOutDensity] = density;
+  result[kOutWeights] = weights;
+  result[kOutEnergy] = energy;
+  result[kOutWeightedEnergy] = weighted_energy;
+  result[kOutActiveGroups] = active;
+  result[kOutNumGroups] = num_groups;
+  result[kOutBatchMean] = batch_mean;
+  result[kOutBatchStd] = batch_std;
+  result[kOutKeep] = keep;
+  result[kOutQueryScale] = query_scale;
+  return outputs_tuple(result);
 }
 
 }  // namespace

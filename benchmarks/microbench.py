@@ -26,9 +26,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import dara_kernels as dk  # noqa: E402
 from baselines import trl_style_gdpo, verl_style_gdpo  # noqa: E402
 from targets import format_targets, run_targets  # noqa: E402
+
+import dara_kernels as dk  # noqa: E402
 from dara_kernels.options import resolve_options  # noqa: E402
 from dara_kernels.reference import reference_advantage  # noqa: E402
 from dara_kernels.validation import prepare_inputs  # noqa: E402

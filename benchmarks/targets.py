@@ -61,8 +61,8 @@ def headline_rows(bandwidth: float, repeats: int) -> list[dict]:
     for shuffled, limit in ((False, 3.0), (True, 6.0)):
         rewards, ids = batch(HEADLINE_N, 4, 16, shuffled)
         layout = {"group_index": ids} if shuffled else {"group_size": 16}
-        seconds = median_seconds(lambda: dk.fused_advantage(rewards, method="dara", backend="cpu", **layout),
-                                 repeats)
+        seconds = median_seconds(
+            lambda r=rewards, lay=layout: dk.fused_advantage(r, method="dara", backend="cpu", **lay), repeats)
         nbytes = HEADLINE_N * (4 * 4 + 4 + 1 + 4) + (8 * HEADLINE_N if shuffled else 0)
         floor = nbytes / bandwidth
         rows.append(row(f"dara N=2^20 K=4 G=16 {'shuffled' if shuffled else 'contiguous'}", seconds, floor,
@@ -76,8 +76,8 @@ def token_rows(bandwidth: float, repeats: int) -> list[dict]:
     rows = []
     for dtype in MASK_DTYPES:
         mask = token_mask(n, VERL_TOKENS, dtype)
-        seconds = median_seconds(lambda: dk.fused_advantage(
-            rewards, group_index=ids, method="gdpo", preset="verl", response_mask=mask, backend="cpu"), repeats)
+        seconds = median_seconds(lambda m=mask: dk.fused_advantage(
+            rewards, group_index=ids, method="gdpo", preset="verl", response_mask=m, backend="cpu"), repeats)
         nbytes = mask.numel() * mask.element_size() + mask.numel() * 4
         floor = nbytes / bandwidth
         rows.append(row(f"gdpo verl preset N={n} T={VERL_TOKENS} mask {str(dtype).split('.')[-1]}", seconds,
@@ -145,7 +145,7 @@ def verl_rows(bandwidth: float) -> list[dict]:
     for estimator in ("gdpo", "gdpo_fused", "dara"):
         work = copy.deepcopy(data)
         seconds[estimator] = median_seconds(
-            lambda e=estimator: ray_trainer.compute_advantage(work, adv_estimator=e, config=config),
+            lambda e=estimator, w=work: ray_trainer.compute_advantage(w, adv_estimator=e, config=config),
             1 if estimator == "gdpo" else 10)
     n = VERL_PROMPTS * VERL_GROUP
     floor = n * VERL_TOKENS * (8 + 4) / bandwidth

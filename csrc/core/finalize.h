@@ -1,20 +1,21 @@
 // Finalize: K-sized formulas from the (possibly all-reduced) accumulators to
-// densities, weights (spec section 5), the batch statistics of section 7, and
-// the affine map that apply uses: Ahat = (s - shift) * scale.
+// densities, weights (docs/spec.md#weights), the batch statistics
+// (docs/spec.md#batch-normalisation) and the affine map that apply uses:
+// Ahat = (s - shift) * scale.
 #pragma once
 #include <cmath>
 #include <cstdint>
 
-#include "wire.h"
 #include "host_device.h"
+#include "wire.h"
 
 namespace dara {
 
 struct FinalizeInputs {
-  const double* acc;       // AccumulatorLayout::size()
-  const double* extrema;   // AccumulatorLayout::extrema_size()
-  const double* base;      // b_k, [K]
-  const double* bounds;    // [K, 2] (lo, hi) or nullptr
+  const double* acc;      // AccumulatorLayout::size()
+  const double* extrema;  // AccumulatorLayout::extrema_size()
+  const double* base;     // b_k, [K]
+  const double* bounds;   // [K, 2] (lo, hi) or nullptr
 };
 
 struct FinalizeOutputs {
@@ -26,8 +27,8 @@ struct FinalizeOutputs {
   int64_t* num_groups;
   float* batch_mean;
   float* batch_std;
-  double* combine;         // [C] coefficients of the combined columns in s_j
-  double* shift_scale;     // [2]
+  double* combine;      // [C] coefficients of the combined columns in s_j
+  double* shift_scale;  // [2]
 };
 
 DARA_HD double raw_mean(const AccumulatorLayout& L, const double* acc, int k) {
@@ -53,7 +54,7 @@ DARA_HD double upper_bound(const AccumulatorLayout& L, const FinalizeInputs& in,
   return in.bounds ? in.bounds[2 * k + 1] : in.extrema[L.max_reward(k)];
 }
 
-// Writes w_k into out.weights (as double into `w`), spec section 5.
+// Writes w_k (docs/spec.md#weights) into `w`.
 DARA_HD void method_weights(const Options& o, const AccumulatorLayout& L, const FinalizeInputs& in,
                             const double* density, double* w) {
   const int K = L.K;
@@ -68,9 +69,7 @@ DARA_HD void method_weights(const Options& o, const AccumulatorLayout& L, const 
       }
     }
     for (int k = 0; k < K; ++k) {
-      w[k] = density[k] > 0.0
-                 ? in.base[k] * pow(fmax(density[k], o.density_floor), -o.alpha) / (total / present)
-                 : 0.0;
+      w[k] = density[k] > 0.0 ? in.base[k] * pow(fmax(density[k], o.density_floor), -o.alpha) / (total / present) : 0.0;
     }
   } else if (o.method == kSaw) {
     double cv_total = 0.0;

@@ -1,4 +1,5 @@
-// Per-group formulas of spec sections 2-3, shared by every compiled backend.
+// Per-group formulas (docs/spec.md#group-statistics, #normalised-advantage),
+// shared by the CPU and CUDA kernels.
 // Group statistics come from double sums and stay double; the per-row helpers
 // are templated on the row's real type (float on the fast CPU and CUDA paths).
 #pragma once

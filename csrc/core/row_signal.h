@@ -48,8 +48,8 @@ enum class Columns { kRuntime, kPerReward, kGroupWeighted, kSummed };
 
 // r: the row's K raw rewards (NaN = missing).
 template <int KT, typename Real, Columns M = Columns::kRuntime>
-DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const Real* base,
-                             const GroupRefOf<Real>& group, Real* reward_a, Real* column_a) {
+DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const Real* base, const GroupRefOf<Real>& group,
+                             Real* reward_a, Real* column_a) {
   if constexpr (KT > 0) K = KT;
   const bool summed = M == Columns::kRuntime ? o.combined_column() : M == Columns::kSummed;
   const bool weighted = M == Columns::kRuntime ? group.weight != nullptr : M == Columns::kGroupWeighted;

@@ -1,7 +1,7 @@
 // Accumulate: one pass over the groups. `rewards` are in group order (the
 // caller gathers them once for a group_index layout): position p holds input
 // row layout.row(p), which is where per-row inputs and outputs live. Each group's rows are read while in
-// cache for its statistics (sections 2-3), then once more to add its rows to
+// cache for its statistics (docs/spec.md#group-statistics), then once more to add its rows to
 // the batch accumulators (AccumulatorLayout). A chunk's sums live in local
 // arrays and reach the chunk's slot of the partials once.
 #pragma once
@@ -13,13 +13,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "../core/wire.h"
 #include "../core/group_math.h"
+#include "../core/row_signal.h"
+#include "../core/wire.h"
 #include "chunks.h"
 #include "group_layout.h"
 #include "group_table.h"
 #include "reward_count.h"
-#include "../core/row_signal.h"
 
 namespace dara {
 
@@ -71,7 +71,6 @@ struct ChunkSums {
   }
 };
 
-
 // Per-group bookkeeping shared by both paths once dev (sum of squared
 // deviations) is known: writes mean/scale (and DVAO weights) to the table.
 template <int KT>
@@ -117,8 +116,7 @@ void add_raw_extremes(const Real* row, const AccumulateArgs& a, ChunkSums<KT>& s
 }
 
 template <int KT, typename scalar_t>
-void raw_extremes(const scalar_t* rewards, const AccumulateArgs& a, int64_t begin, int64_t end,
-                  ChunkSums<KT>& sums) {
+void raw_extremes(const scalar_t* rewards, const AccumulateArgs& a, int64_t begin, int64_t end, ChunkSums<KT>& sums) {
   using Real = row_real_t<scalar_t>;
   const int K = KT > 0 ? KT : a.K;
   Real row[local_size<KT>()];
@@ -140,8 +138,7 @@ constexpr int64_t kRowBlock = 32;
 // Sums over rows [b0, b1) of x = row - shift and of the full square x x^T
 // (row stride N), in the per-row real type.
 template <int KT, typename Real, typename scalar_t>
-void block_moments(const scalar_t* rewards, int K, int64_t b0, int64_t b1, const Real* shift, Real* bs,
-                   Real* bP) {
+void block_moments(const scalar_t* rewards, int K, int64_t b0, int64_t b1, const Real* shift, Real* bs, Real* bP) {
   constexpr int N = local_size<KT>();
   if constexpr (KT == 4 && std::is_same_v<Real, float> && std::is_same_v<scalar_t, float>) {
     // Four float rewards are one 16-byte vector: each row is a load, a
@@ -357,8 +354,7 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
   double kept = 0.0;
   for (int64_t p = begin; p < end; ++p) {
     const int64_t j = layout.row(p);
-    const RowSignal rs = row_signal<KT>(load_row<KT>(rewards + p * K, K, row), K, o, base, group, reward_a,
-                                        column_a);
+    const RowSignal rs = row_signal<KT>(load_row<KT>(rewards + p * K, K, row), K, o, base, group, reward_a, column_a);
     for (int k = 0; k < K; ++k) sums.energy[k] += static_cast<double>(reward_a[k] * reward_a[k]);
     kept += rs.keep ? 1.0 : 0.0;
     if (!(rs.keep && rs.scorable)) continue;
@@ -396,8 +392,8 @@ void accumulate_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t 
 
 // Fills `table` and writes the batch accumulators into acc / extrema.
 template <typename scalar_t>
-void accumulate(const scalar_t* rewards, const AccumulateArgs& a, GroupTable& table,
-                const AccumulatorLayout& L, double* acc, double* extrema) {
+void accumulate(const scalar_t* rewards, const AccumulateArgs& a, GroupTable& table, const AccumulatorLayout& L,
+                double* acc, double* extrema) {
   const int64_t groups = a.layout->num_groups();
   const int64_t chunks = num_chunks(groups);
   const int64_t rows = a.layout->num_rows();

@@ -13,9 +13,9 @@
 // which is what lets a loop over rows run in SIMD lanes.
 #pragma GCC optimize("no-trapping-math")
 
+#include "../core/finalize.h"
 #include "../core/wire.h"
 #include "../op_outputs.h"
-#include "../core/finalize.h"
 #include "accumulate.h"
 #include "apply.h"
 #include "gather_rows.h"
@@ -35,7 +35,7 @@ struct Problem {
   GroupLayout layout;
   at::Tensor rewards;
   at::Tensor base;
-  at::Tensor token_weights;  // undefined unless batch_norm is "token"
+  at::Tensor token_weights;          // undefined unless batch_norm is "token"
   std::vector<int64_t> mask_prefix;  // from the token-weight pass over the mask, else empty
 };
 
@@ -48,7 +48,7 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
   const int64_t n = rewards.size(0), K = rewards.size(1);
   TORCH_CHECK(K >= 1, "dara: rewards need at least one column");
   TORCH_CHECK(reward_weights.numel() == K, "dara: reward_weights must have K elements");
-  Problem p{options_from_vector(options.data()), {}, {}, rewards.contiguous(),
+  Problem p{options_from_vector(options.data()),         {}, {}, rewards.contiguous(),
             reward_weights.to(at::kDouble).contiguous(), {}};
   p.L = AccumulatorLayout{static_cast<int>(K), p.options.combined_column() ? 1 : static_cast<int>(K)};
   if (group_index.has_value()) {
@@ -89,8 +89,8 @@ AccumulateArgs accumulate_args(const Problem& p) {
 
 void run_accumulate(const Problem& p, GroupTable& table, at::Tensor& acc, at::Tensor& extrema) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.rewards.scalar_type(), "dara_accumulate", [&] {
-    accumulate(p.rewards.data_ptr<scalar_t>(), accumulate_args(p), table, p.L,
-               acc.data_ptr<double>(), extrema.data_ptr<double>());
+    accumulate(p.rewards.data_ptr<scalar_t>(), accumulate_args(p), table, p.L, acc.data_ptr<double>(),
+               extrema.data_ptr<double>());
   });
 }
 
@@ -107,10 +107,9 @@ std::tuple<at::Tensor, at::Tensor> accumulate_cpu(const at::Tensor& rewards, con
 }
 
 OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
-                                   const at::Tensor& reward_weights, const OptTensor& response_mask,
-                                   const OptTensor& response_lengths, const OptTensor& reward_bounds,
-                                   const OptTensor& accumulators, const OptTensor& extrema,
-                                   at::ArrayRef<double> options) {
+                                const at::Tensor& reward_weights, const OptTensor& response_mask,
+                                const OptTensor& response_lengths, const OptTensor& reward_bounds,
+                                const OptTensor& accumulators, const OptTensor& extrema, at::ArrayRef<double> options) {
   Problem p = make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
   const int64_t n = rewards.size(0), K = p.L.K;
   GroupTable table(p.layout.num_groups(), p.L.K, p.options);
@@ -139,16 +138,23 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
   std::vector<double> combine(p.L.C), shift_scale(2), scratch(2 * K);
   FinalizeInputs fin{acc.data_ptr<double>(), ext.data_ptr<double>(), p.base.data_ptr<double>(),
                      bounds.defined() ? bounds.data_ptr<double>() : nullptr};
-  FinalizeOutputs fout{density.data_ptr<float>(), weights.data_ptr<float>(), energy.data_ptr<float>(),
-                       weighted_energy.data_ptr<float>(), active.data_ptr<int64_t>(), num_groups.data_ptr<int64_t>(),
-                       batch_mean.data_ptr<float>(), batch_std.data_ptr<float>(), combine.data(), shift_scale.data()};
+  FinalizeOutputs fout{density.data_ptr<float>(),
+                       weights.data_ptr<float>(),
+                       energy.data_ptr<float>(),
+                       weighted_energy.data_ptr<float>(),
+                       active.data_ptr<int64_t>(),
+                       num_groups.data_ptr<int64_t>(),
+                       batch_mean.data_ptr<float>(),
+                       batch_std.data_ptr<float>(),
+                       combine.data(),
+                       shift_scale.data()};
   finalize(p.options, p.L, fin, fout, scratch.data());
 
   at::Tensor advantages = at::empty({n}, f32);
   at::Tensor keep = at::empty({n}, rewards.options().dtype(at::kBool));
   at::Tensor query_scale = at::empty({n}, f32);
-  ApplyArgs args{p.L.K, p.L.C, &p.options, p.base.data_ptr<double>(), combine.data(),
-                 shift_scale[0], shift_scale[1], &p.layout};
+  ApplyArgs args{p.L.K,          p.L.C,          &p.options,     p.base.data_ptr<double>(),
+                 combine.data(), shift_scale[0], shift_scale[1], &p.layout};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.rewards.scalar_type(), "dara_apply", [&] {
     apply(p.rewards.data_ptr<scalar_t>(), args, table, advantages.data_ptr<float>(), keep.data_ptr<bool>(),
           query_scale.data_ptr<float>());

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <type_traits>
 
-#include "../core/wire.h"
 #include "../core/row_signal.h"
+#include "../core/wire.h"
 #include "chunks.h"
 #include "group_layout.h"
 #include "group_table.h"
@@ -39,8 +39,8 @@ inline bool float_rows_suffice(const GroupRef& g, int K, bool summed) {
 }
 
 template <int KT, Columns M, typename Real, typename scalar_t>
-void apply_group(const scalar_t* rewards, const ApplyArgs& a, const Options& o, const GroupRef& stats,
-                 double kappa, int64_t begin, int64_t end, float* advantages, bool* keep, float* query_scale) {
+void apply_group(const scalar_t* rewards, const ApplyArgs& a, const Options& o, const GroupRef& stats, double kappa,
+                 int64_t begin, int64_t end, float* advantages, bool* keep, float* query_scale) {
   constexpr int N = local_size<KT>();
   const int K = KT > 0 ? KT : a.K;
   constexpr int CT = M == Columns::kSummed ? 1 : KT;
@@ -63,8 +63,8 @@ void apply_group(const scalar_t* rewards, const ApplyArgs& a, const Options& o, 
     // Rows in place: the compiler runs this loop across rows in SIMD lanes.
     for (int64_t p = begin; p < end; ++p) {
       Real row[N], reward_a[N], column_a[N] = {};  // C > 1 means row_signal fills every column
-      const RowSignal rs = row_signal<KT, Real, M>(load_row<KT>(rewards + p * K, K, row), K, o, base, group,
-                                                   reward_a, column_a);
+      const RowSignal rs =
+          row_signal<KT, Real, M>(load_row<KT>(rewards + p * K, K, row), K, o, base, group, reward_a, column_a);
       advantages[p] = static_cast<float>(row_advantage<CT>(rs, column_a, C, combine, shift, factor));
       keep[p] = rs.keep;
       query_scale[p] = q;
@@ -73,8 +73,8 @@ void apply_group(const scalar_t* rewards, const ApplyArgs& a, const Options& o, 
   }
   for (int64_t p = begin; p < end; ++p) {
     Real row[N], reward_a[N], column_a[N] = {};
-    const RowSignal rs = row_signal<KT, Real, M>(load_row<KT>(rewards + p * K, K, row), K, o, base, group,
-                                                 reward_a, column_a);
+    const RowSignal rs =
+        row_signal<KT, Real, M>(load_row<KT>(rewards + p * K, K, row), K, o, base, group, reward_a, column_a);
     const int64_t j = layout.row(p);
     advantages[j] = static_cast<float>(row_advantage<CT>(rs, column_a, C, combine, shift, factor));
     keep[j] = rs.keep;
@@ -98,8 +98,8 @@ void apply_groups(const scalar_t* rewards, const ApplyArgs& a, const GroupTable&
 }
 
 template <typename Real, typename scalar_t>
-void apply_in(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, float* advantages,
-              bool* keep, float* query_scale) {
+void apply_in(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, float* advantages, bool* keep,
+              float* query_scale) {
   const int64_t n = a.layout->num_rows();
   const int64_t bytes = n * (a.K * static_cast<int64_t>(sizeof(scalar_t)) + 9);
   dispatch_reward_count(a.K, [&](auto kt) {
@@ -114,8 +114,8 @@ void apply_in(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& tab
 }
 
 template <typename scalar_t>
-void apply(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, float* advantages,
-           bool* keep, float* query_scale) {
+void apply(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, float* advantages, bool* keep,
+           float* query_scale) {
   // GD2PO's keep flag depends on the signs of A_jk: kept in double (accumulate.h).
   if (a.options->drops_conflicts()) {
     apply_in<double>(rewards, a, table, advantages, keep, query_scale);

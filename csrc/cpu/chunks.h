@@ -3,10 +3,10 @@
 // number of threads. Chunks are handed out dynamically, so a thread slowed
 // by a neighbour leaves its share to the others (see also idle_cores.h).
 #pragma once
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cstdint>
-
-#include <ATen/Parallel.h>
 
 #include "idle_cores.h"
 

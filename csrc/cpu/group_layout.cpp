@@ -37,8 +37,7 @@ GroupLayout GroupLayout::from_ids(const int64_t* ids, int64_t num_rows) {
     for (int64_t j = 0; j < num_rows; ++j) layout.rows_[start[ids[j] - lo]++] = j;
   } else {
     std::iota(layout.rows_.begin(), layout.rows_.end(), 0);
-    std::stable_sort(layout.rows_.begin(), layout.rows_.end(),
-                     [ids](int64_t a, int64_t b) { return ids[a] < ids[b]; });
+    std::stable_sort(layout.rows_.begin(), layout.rows_.end(), [ids](int64_t a, int64_t b) { return ids[a] < ids[b]; });
     layout.offsets_.push_back(0);
     for (int64_t p = 1; p < num_rows; ++p) {
       if (ids[layout.rows_[p]] != ids[layout.rows_[p - 1]]) layout.offsets_.push_back(p);

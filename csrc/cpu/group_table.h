@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "../core/wire.h"
 #include "../core/row_signal.h"
+#include "../core/wire.h"
 
 namespace dara {
 
@@ -24,8 +24,7 @@ struct GroupTable {
         kappa(num_groups) {}
 
   GroupRef ref(int64_t g) const {
-    return {mean.data() + g * K, scale.data() + g * K,
-            weight.empty() ? nullptr : weight.data() + g * K,
+    return {mean.data() + g * K, scale.data() + g * K, weight.empty() ? nullptr : weight.data() + g * K,
             sum_mean.empty() ? 0.0 : sum_mean[g], sum_scale.empty() ? 0.0 : sum_scale[g]};
   }
 };

@@ -3,9 +3,9 @@
 // for the token-level output that costs about as long as writing it. Asking
 // for transparent huge pages makes it 2 MiB at a time.
 #pragma once
-#include <cstdint>
-
 #include <ATen/ATen.h>
+
+#include <cstdint>
 
 #if defined(__linux__)
 #include <sys/mman.h>

@@ -2,18 +2,19 @@
 // the per-group values stay in registers; other K up to kMaxCpuRewards use the
 // generic instantiation (KT = 0).
 #pragma once
-#include <type_traits>
-
 #include <c10/util/Exception.h>
 
-#include "../core/wire.h"
+#include <type_traits>
+
 #include "../core/row_signal.h"
+#include "../core/wire.h"
 
 namespace dara {
 
-
 template <int KT>
-constexpr int local_size() { return KT > 0 ? KT : kMaxCpuRewards; }
+constexpr int local_size() {
+  return KT > 0 ? KT : kMaxCpuRewards;
+}
 
 // The per-row arithmetic type: float for float32 and narrower rewards (exact
 // for them), double for float64 rewards so they keep their precision.
@@ -33,12 +34,18 @@ void dispatch_reward_count(int K, const F& f) {
   TORCH_CHECK(K >= 1 && K <= kMaxCpuRewards, "dara: the CPU backend supports 1 to ", kMaxCpuRewards,
               " reward columns, got ", K);
   switch (K) {
-    case 1: return f(std::integral_constant<int, 1>{});
-    case 2: return f(std::integral_constant<int, 2>{});
-    case 3: return f(std::integral_constant<int, 3>{});
-    case 4: return f(std::integral_constant<int, 4>{});
-    case 8: return f(std::integral_constant<int, 8>{});
-    default: return f(std::integral_constant<int, 0>{});
+    case 1:
+      return f(std::integral_constant<int, 1>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    case 3:
+      return f(std::integral_constant<int, 3>{});
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 8:
+      return f(std::integral_constant<int, 8>{});
+    default:
+      return f(std::integral_constant<int, 0>{});
   }
 }
 

@@ -17,8 +17,8 @@ constexpr int64_t kNotPrefix = -1;
 
 // Integer and bool masks sum exactly in an integer; floating masks in double.
 template <typename mask_t>
-using mask_sum_t = std::conditional_t<std::is_integral_v<mask_t>,
-                                      std::conditional_t<sizeof(mask_t) == 1, uint32_t, int64_t>, double>;
+using mask_sum_t =
+    std::conditional_t<std::is_integral_v<mask_t>, std::conditional_t<sizeof(mask_t) == 1, uint32_t, int64_t>, double>;
 
 // Independent partial sums of a floating mask row, so the adds run in SIMD
 // lanes in a fixed order (a single running double sum cannot be vectorised).
@@ -56,38 +56,44 @@ bool is_prefix_row(const mask_t* row, int64_t T) {
 template <typename mask_t>
 void mask_row_sums(const mask_t* mask, int64_t n, int64_t T, double* out, int64_t* prefix) {
   const int64_t bytes = n * T * static_cast<int64_t>(sizeof(mask_t));
-  for_each_chunk(n, bytes, [&](int64_t, int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const mask_t* row = mask + j * T;
-      out[j] = row_sum(row, T);
-      // The row is still in L1 from the sum: the shape check costs no memory traffic.
-      prefix[j] = is_prefix_row(row, T) ? static_cast<int64_t>(out[j]) : kNotPrefix;
-    }
-  }, kMaskRowsPerChunk);
+  for_each_chunk(
+      n, bytes,
+      [&](int64_t, int64_t j0, int64_t j1) {
+        for (int64_t j = j0; j < j1; ++j) {
+          const mask_t* row = mask + j * T;
+          out[j] = row_sum(row, T);
+          // The row is still in L1 from the sum: the shape check costs no memory traffic.
+          prefix[j] = is_prefix_row(row, T) ? static_cast<int64_t>(out[j]) : kNotPrefix;
+        }
+      },
+      kMaskRowsPerChunk);
 }
 
 // token_advantages[j, t] = advantages[j] * mask[j, t], as torch's float32 x
 // mask product computes it (in double for a float64 mask).
 template <typename mask_t>
-void write_token_advantages(const float* advantages, const mask_t* mask, const int64_t* prefix, int64_t n,
-                            int64_t T, float* out) {
+void write_token_advantages(const float* advantages, const mask_t* mask, const int64_t* prefix, int64_t n, int64_t T,
+                            float* out) {
   using product_t = std::conditional_t<std::is_same_v<mask_t, double>, double, float>;
   const int64_t bytes = n * T * static_cast<int64_t>(sizeof(mask_t) + sizeof(float));
-  for_each_chunk(n, bytes, [&](int64_t, int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const product_t value = static_cast<product_t>(advantages[j]);
-      float* dst = out + j * T;
-      if (prefix && prefix[j] != kNotPrefix) {
-        const float kept = static_cast<float>(value * product_t(1));
-        const float masked = static_cast<float>(value * product_t(0));  // -0 for a negative advantage, as torch
-        for (int64_t t = 0; t < prefix[j]; ++t) dst[t] = kept;
-        for (int64_t t = prefix[j]; t < T; ++t) dst[t] = masked;
-        continue;
-      }
-      const mask_t* row = mask + j * T;
-      for (int64_t t = 0; t < T; ++t) dst[t] = static_cast<float>(value * static_cast<product_t>(row[t]));
-    }
-  }, kMaskRowsPerChunk);
+  for_each_chunk(
+      n, bytes,
+      [&](int64_t, int64_t j0, int64_t j1) {
+        for (int64_t j = j0; j < j1; ++j) {
+          const product_t value = static_cast<product_t>(advantages[j]);
+          float* dst = out + j * T;
+          if (prefix && prefix[j] != kNotPrefix) {
+            const float kept = static_cast<float>(value * product_t(1));
+            const float masked = static_cast<float>(value * product_t(0));  // -0 for a negative advantage, as torch
+            for (int64_t t = 0; t < prefix[j]; ++t) dst[t] = kept;
+            for (int64_t t = prefix[j]; t < T; ++t) dst[t] = masked;
+            continue;
+          }
+          const mask_t* row = mask + j * T;
+          for (int64_t t = 0; t < T; ++t) dst[t] = static_cast<float>(value * static_cast<product_t>(row[t]));
+        }
+      },
+      kMaskRowsPerChunk);
 }
 
 }  // namespace dara

@@ -4,10 +4,10 @@
 // (deterministic) and runs finalize, so the op needs no host round trip.
 #include <cmath>
 
-#include "../core/wire.h"
 #include "../core/finalize.h"
 #include "../core/group_math.h"
 #include "../core/row_signal.h"
+#include "../core/wire.h"
 #include "device_common.cuh"
 #include "launch.h"
 
@@ -21,8 +21,8 @@ namespace {
 // batch accumulators is summed over its rows in float (as the Triton kernels
 // sum a tile) and added to the double accumulators once per group.
 template <int KT>
-__device__ void accumulate_group(const Problem& p, const Table& t, const float* base, int64_t g, int lane,
-                                 double* acc, double* extrema, const AccumulatorLayout& L) {
+__device__ void accumulate_group(const Problem& p, const Table& t, const float* base, int64_t g, int lane, double* acc,
+                                 double* extrema, const AccumulatorLayout& L) {
   constexpr int N = KT > 0 ? KT : kMaxCudaRewards;
   const int K = KT > 0 ? KT : p.K;
   const int C = L.C;
@@ -279,8 +279,8 @@ size_t accumulate_shared_bytes(int K, int C) {
   return sizeof(double) * kWarpsPerBlock * static_cast<size_t>(L.size() + L.extrema_size());
 }
 
-cudaError_t launch_accumulate(const Problem& p, const Table& t, const Reduction& r, const Results& out,
-                              int blocks, cudaStream_t stream) {
+cudaError_t launch_accumulate(const Problem& p, const Table& t, const Reduction& r, const Results& out, int blocks,
+                              cudaStream_t stream) {
   const size_t shared = accumulate_shared_bytes(p.K, p.C);
   cudaError_t status = cudaSuccess;
   dispatch_k(p.K, [&](auto kt) {

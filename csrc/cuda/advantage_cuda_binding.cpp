@@ -24,15 +24,24 @@ using OptTensor = std::optional<at::Tensor>;
 
 cuda::DType dtype_of(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return cuda::DType::kFloat32;
-    case at::kDouble: return cuda::DType::kFloat64;
-    case at::kHalf: return cuda::DType::kFloat16;
-    case at::kBFloat16: return cuda::DType::kBFloat16;
-    case at::kBool: return cuda::DType::kBool;
-    case at::kByte: return cuda::DType::kUInt8;
-    case at::kInt: return cuda::DType::kInt32;
-    case at::kLong: return cuda::DType::kInt64;
-    default: TORCH_CHECK(false, "dara: unsupported dtype ", t);
+    case at::kFloat:
+      return cuda::DType::kFloat32;
+    case at::kDouble:
+      return cuda::DType::kFloat64;
+    case at::kHalf:
+      return cuda::DType::kFloat16;
+    case at::kBFloat16:
+      return cuda::DType::kBFloat16;
+    case at::kBool:
+      return cuda::DType::kBool;
+    case at::kByte:
+      return cuda::DType::kUInt8;
+    case at::kInt:
+      return cuda::DType::kInt32;
+    case at::kLong:
+      return cuda::DType::kInt64;
+    default:
+      TORCH_CHECK(false, "dara: unsupported dtype ", t);
   }
 }
 
@@ -62,8 +71,8 @@ Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_
   TORCH_CHECK(options.size() == kNumOptions, "dara: expected ", kNumOptions, " options, got ", options.size());
   TORCH_CHECK(rewards.dim() == 2 && rewards.is_cuda(), "dara: rewards must be a [N, K] CUDA tensor");
   const int64_t n = rewards.size(0), K = rewards.size(1);
-  TORCH_CHECK(K >= 1 && K <= kMaxCudaRewards, "dara: the CUDA backend supports 1 to ",
-              kMaxCudaRewards, " reward columns, got ", K);
+  TORCH_CHECK(K >= 1 && K <= kMaxCudaRewards, "dara: the CUDA backend supports 1 to ", kMaxCudaRewards,
+              " reward columns, got ", K);
   TORCH_CHECK(reward_weights.numel() == K, "dara: reward_weights must have K = ", K, " elements, got ",
               reward_weights.numel());
   check_on_device(reward_weights, rewards, "reward_weights");
@@ -108,14 +117,19 @@ Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_
     check_on_device(*reward_bounds, rewards, "reward_bounds");
     p.bounds = reward_bounds->to(at::kDouble).contiguous();
   }
-  p.problem = cuda::Problem{p.rewards.data_ptr(), dtype_of(p.rewards.scalar_type()), static_cast<int>(K),
-                            o.combined_column() ? 1 : static_cast<int>(K), group_index.has_value() ? 0 : group_size,
+  p.problem = cuda::Problem{p.rewards.data_ptr(),
+                            dtype_of(p.rewards.scalar_type()),
+                            static_cast<int>(K),
+                            o.combined_column() ? 1 : static_cast<int>(K),
+                            group_index.has_value() ? 0 : group_size,
                             p.rows.defined() ? p.rows.data_ptr<int64_t>() : nullptr,
                             p.offsets.defined() ? p.offsets.data_ptr<int64_t>() : nullptr,
                             p.num_groups.defined() ? p.num_groups.data_ptr<int64_t>() : nullptr,
-                            group_index.has_value() ? 0 : p.max_groups, p.base.data_ptr<double>(),
+                            group_index.has_value() ? 0 : p.max_groups,
+                            p.base.data_ptr<double>(),
                             p.token_weights.defined() ? p.token_weights.data_ptr<double>() : nullptr,
-                            p.bounds.defined() ? p.bounds.data_ptr<double>() : nullptr, o};
+                            p.bounds.defined() ? p.bounds.data_ptr<double>() : nullptr,
+                            o};
   return p;
 }
 
@@ -149,9 +163,14 @@ Launch plan(const Prepared& p, cudaStream_t stream) {
   l.extrema = at::empty({L.extrema_size()}, f64);
   l.table = cuda::Table{l.mean.data_ptr<float>(), l.scale.data_ptr<float>(), l.weight.data_ptr<float>(),
                         l.sum_stats.data_ptr<float>(), l.kappa.data_ptr<float>()};
-  l.reduction = cuda::Reduction{l.partial.data_ptr<double>(), l.partial_extrema.data_ptr<double>(),
+  l.reduction = cuda::Reduction{l.partial.data_ptr<double>(),
+                                l.partial_extrema.data_ptr<double>(),
                                 reinterpret_cast<unsigned int*>(l.counter.data_ptr<int>()),
-                                l.acc.data_ptr<double>(), l.extrema.data_ptr<double>(), nullptr, nullptr, false};
+                                l.acc.data_ptr<double>(),
+                                l.extrema.data_ptr<double>(),
+                                nullptr,
+                                nullptr,
+                                false};
   return l;
 }
 
@@ -160,8 +179,8 @@ std::tuple<at::Tensor, at::Tensor> accumulate_cuda(const at::Tensor& rewards, co
                                                    const OptTensor& response_mask, const OptTensor& response_lengths,
                                                    at::ArrayRef<double> options) {
   const c10::cuda::CUDAGuard guard(rewards.device());
-  Prepared p = prepare(rewards, group_index, group_size, reward_weights, response_mask, response_lengths,
-                       std::nullopt, options);
+  Prepared p =
+      prepare(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, std::nullopt, options);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   Launch l = plan(p, stream);
   check(cuda::launch_accumulate(p.problem, l.table, l.reduction, cuda::Results{}, l.blocks, stream));
@@ -169,13 +188,13 @@ std::tuple<at::Tensor, at::Tensor> accumulate_cuda(const at::Tensor& rewards, co
 }
 
 OutputTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
-                                    const at::Tensor& reward_weights, const OptTensor& response_mask,
-                                    const OptTensor& response_lengths, const OptTensor& reward_bounds,
-                                    const OptTensor& accumulators, const OptTensor& extrema,
-                                    at::ArrayRef<double> options) {
+                                 const at::Tensor& reward_weights, const OptTensor& response_mask,
+                                 const OptTensor& response_lengths, const OptTensor& reward_bounds,
+                                 const OptTensor& accumulators, const OptTensor& extrema,
+                                 at::ArrayRef<double> options) {
   const c10::cuda::CUDAGuard guard(rewards.device());
-  Prepared p = prepare(rewards, group_index, group_size, reward_weights, response_mask, response_lengths,
-                       reward_bounds, options);
+  Prepared p = prepare(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, reward_bounds,
+                       options);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   Launch l = plan(p, stream);
   const int64_t n = rewards.size(0), K = p.problem.K;
@@ -203,11 +222,11 @@ OutputTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& gro
     l.reduction.given_extrema = given_ext.data_ptr<double>();
   }
   l.reduction.finalize = true;
-  const cuda::Results results{density.data_ptr<float>(), weights.data_ptr<float>(), energy.data_ptr<float>(),
-                              weighted_energy.data_ptr<float>(), active.data_ptr<int64_t>(),
-                              num_groups.data_ptr<int64_t>(), batch_mean.data_ptr<float>(),
-                              batch_std.data_ptr<float>(), affine.data_ptr<double>(),
-                              affine.data_ptr<double>() + p.problem.C};
+  const cuda::Results results{density.data_ptr<float>(),    weights.data_ptr<float>(),
+                              energy.data_ptr<float>(),     weighted_energy.data_ptr<float>(),
+                              active.data_ptr<int64_t>(),   num_groups.data_ptr<int64_t>(),
+                              batch_mean.data_ptr<float>(), batch_std.data_ptr<float>(),
+                              affine.data_ptr<double>(),    affine.data_ptr<double>() + p.problem.C};
   check(cuda::launch_accumulate(p.problem, l.table, l.reduction, results, l.blocks, stream));
 
   at::Tensor advantages = at::empty({n}, f32);
@@ -218,7 +237,9 @@ OutputTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& gro
     mask = response_mask->contiguous();
     token = at::empty({n, mask.size(1)}, f32);
   }
-  const cuda::ApplyOutputs out{advantages.data_ptr<float>(), keep.data_ptr<bool>(), query_scale.data_ptr<float>(),
+  const cuda::ApplyOutputs out{advantages.data_ptr<float>(),
+                               keep.data_ptr<bool>(),
+                               query_scale.data_ptr<float>(),
                                mask.defined() ? token.data_ptr<float>() : nullptr,
                                mask.defined() ? mask.data_ptr() : nullptr,
                                mask.defined() ? dtype_of(mask.scalar_type()) : cuda::DType::kBool,

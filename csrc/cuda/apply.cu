@@ -69,8 +69,8 @@ __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutp
 
 }  // namespace
 
-cudaError_t launch_apply(const Problem& p, const Table& t, const double* affine, const ApplyOutputs& out,
-                         int blocks, cudaStream_t stream) {
+cudaError_t launch_apply(const Problem& p, const Table& t, const double* affine, const ApplyOutputs& out, int blocks,
+                         cudaStream_t stream) {
   cudaError_t status = cudaSuccess;
   dispatch_k(p.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;

@@ -15,14 +15,21 @@ namespace cuda {
 // Rows are read and scored in float: only group and batch sums need double.
 __device__ __forceinline__ float load_as_float(const void* base, DType dtype, int64_t i) {
   switch (dtype) {
-    case DType::kFloat32: return static_cast<const float*>(base)[i];
-    case DType::kFloat64: return static_cast<float>(static_cast<const double*>(base)[i]);
-    case DType::kFloat16: return __half2float(static_cast<const __half*>(base)[i]);
-    case DType::kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case DType::kFloat32:
+      return static_cast<const float*>(base)[i];
+    case DType::kFloat64:
+      return static_cast<float>(static_cast<const double*>(base)[i]);
+    case DType::kFloat16:
+      return __half2float(static_cast<const __half*>(base)[i]);
+    case DType::kBFloat16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
     case DType::kBool:
-    case DType::kUInt8: return static_cast<float>(static_cast<const uint8_t*>(base)[i]);
-    case DType::kInt32: return static_cast<float>(static_cast<const int32_t*>(base)[i]);
-    case DType::kInt64: return static_cast<float>(static_cast<const int64_t*>(base)[i]);
+    case DType::kUInt8:
+      return static_cast<float>(static_cast<const uint8_t*>(base)[i]);
+    case DType::kInt32:
+      return static_cast<float>(static_cast<const int32_t*>(base)[i]);
+    case DType::kInt64:
+      return static_cast<float>(static_cast<const int64_t*>(base)[i]);
   }
   return 0.0f;
 }
@@ -70,12 +77,24 @@ __device__ __forceinline__ void load_base(const Problem& p, float* base) {
 template <typename F>
 void dispatch_k(int K, const F& f) {
   switch (K) {
-    case 1: f(std::integral_constant<int, 1>{}); return;
-    case 2: f(std::integral_constant<int, 2>{}); return;
-    case 3: f(std::integral_constant<int, 3>{}); return;
-    case 4: f(std::integral_constant<int, 4>{}); return;
-    case 8: f(std::integral_constant<int, 8>{}); return;
-    default: f(std::integral_constant<int, 0>{}); return;
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      return;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      return;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      return;
+    case 4:
+      f(std::integral_constant<int, 4>{});
+      return;
+    case 8:
+      f(std::integral_constant<int, 8>{});
+      return;
+    default:
+      f(std::integral_constant<int, 0>{});
+      return;
   }
 }
 

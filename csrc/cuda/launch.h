@@ -22,9 +22,9 @@ struct Problem {
   const void* rewards;
   DType rewards_dtype;
   int K;
-  int C;                        // combined columns: K, or 1 for GRPO
-  int64_t group_size;           // > 0: contiguous groups of this size
-  const int64_t* rows;          // CSR of group_index (nullptr when contiguous)
+  int C;                // combined columns: K, or 1 for GRPO
+  int64_t group_size;   // > 0: contiguous groups of this size
+  const int64_t* rows;  // CSR of group_index (nullptr when contiguous)
   const int64_t* offsets;
   const int64_t* num_groups;    // device scalar (group_index: no host synchronisation), or nullptr:
   int64_t contiguous_groups;    // N / group_size
@@ -34,7 +34,7 @@ struct Problem {
   Options options;
 };
 
-struct Table {  // per group, written by accumulate, read by apply
+struct Table {       // per group, written by accumulate, read by apply
   float* mean;       // [B, K]
   float* scale;      // [B, K]
   float* weight;     // [B, K] DVAO only
@@ -43,11 +43,11 @@ struct Table {  // per group, written by accumulate, read by apply
 };
 
 struct Reduction {
-  double* partial;               // [blocks, M]
-  double* partial_extrema;       // [blocks, 2K]
-  unsigned int* counter;         // zero before the launch; the last block resets it
-  double* accumulators;          // [M] out
-  double* extrema;               // [2K] out
+  double* partial;                   // [blocks, M]
+  double* partial_extrema;           // [blocks, 2K]
+  unsigned int* counter;             // zero before the launch; the last block resets it
+  double* accumulators;              // [M] out
+  double* extrema;                   // [2K] out
   const double* given_accumulators;  // all-reduced ones to finalize with, or nullptr
   const double* given_extrema;
   bool finalize;
@@ -72,10 +72,10 @@ size_t accumulate_shared_bytes(int K, int C);
 
 // Launch 1: accumulate; its last block reduces the partials (fixed order)
 // and, when r.finalize, runs finalize. Launch 2: apply.
-cudaError_t launch_accumulate(const Problem& p, const Table& t, const Reduction& r, const Results& out,
-                              int blocks, cudaStream_t stream);
-cudaError_t launch_apply(const Problem& p, const Table& t, const double* affine, const ApplyOutputs& out,
-                         int blocks, cudaStream_t stream);
+cudaError_t launch_accumulate(const Problem& p, const Table& t, const Reduction& r, const Results& out, int blocks,
+                              cudaStream_t stream);
+cudaError_t launch_apply(const Problem& p, const Table& t, const double* affine, const ApplyOutputs& out, int blocks,
+                         cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace dara

@@ -188,6 +188,15 @@ def cpp_header() -> str:
     lines += ["", "enum OutputField : int {"]
     lines += [f"  kOut{_cpp_camel(name)} = {i}," for i, (name, _, _) in enumerate(OUTPUT_FIELDS)]
     lines += [f"  kNumOutputs = {len(OUTPUT_FIELDS)},", "};", ""]
+    lines += ["// The outputs by name; a binding fills one and output_at() reads it in schema order.",
+              "template <typename T>", "struct OutputsOf {"]
+    lines += [f"  T {name};" for name, _, _ in OUTPUT_FIELDS]
+    lines += ["};", "", "template <typename T>", "const T& output_at(const OutputsOf<T>& o, int field) {",
+              "  switch (field) {"]
+    for name, _, _ in OUTPUT_FIELDS[:-1]:
+        lines += [f"    case kOut{_cpp_camel(name)}:", f"      return o.{name};"]
+    last = OUTPUT_FIELDS[-1][0]
+    lines += ["    default:", f"      return o.{last};", "  }", "}", ""]
     returns = [f"Tensor {name}" for name, _, _ in OUTPUT_FIELDS]
     lines += ["// Schemas of the registered ops (csrc/ops.cpp).",
               "constexpr const char* kFusedAdvantageSchema =",

@@ -110,6 +110,53 @@ enum OutputField : int {
   kNumOutputs = 12,
 };
 
+// The outputs by name; a binding fills one and output_at() reads it in schema order.
+template <typename T>
+struct OutputsOf {
+  T advantages;
+  T token_advantages;
+  T density;
+  T weights;
+  T energy;
+  T weighted_energy;
+  T active_groups;
+  T num_groups;
+  T batch_mean;
+  T batch_std;
+  T keep;
+  T query_scale;
+};
+
+template <typename T>
+const T& output_at(const OutputsOf<T>& o, int field) {
+  switch (field) {
+    case kOutAdvantages:
+      return o.advantages;
+    case kOutTokenAdvantages:
+      return o.token_advantages;
+    case kOutDensity:
+      return o.density;
+    case kOutWeights:
+      return o.weights;
+    case kOutEnergy:
+      return o.energy;
+    case kOutWeightedEnergy:
+      return o.weighted_energy;
+    case kOutActiveGroups:
+      return o.active_groups;
+    case kOutNumGroups:
+      return o.num_groups;
+    case kOutBatchMean:
+      return o.batch_mean;
+    case kOutBatchStd:
+      return o.batch_std;
+    case kOutKeep:
+      return o.keep;
+    default:
+      return o.query_scale;
+  }
+}
+
 // Schemas of the registered ops (csrc/ops.cpp).
 constexpr const char* kFusedAdvantageSchema =
     "fused_advantage(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "

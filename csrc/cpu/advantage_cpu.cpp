@@ -172,20 +172,18 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
                              token_advantages.data_ptr<float>());
     });
   }
-  Outputs out;
-  out[kOutAdvantages] = advantages;
-  out[kOutTokenAdvantages] = token_advantages;
-  out[kOutDensity] = density;
-  out[kOutWeights] = weights;
-  out[kOutEnergy] = energy;
-  out[kOutWeightedEnergy] = weighted_energy;
-  out[kOutActiveGroups] = active;
-  out[kOutNumGroups] = num_groups;
-  out[kOutBatchMean] = batch_mean;
-  out[kOutBatchStd] = batch_std;
-  out[kOutKeep] = keep;
-  out[kOutQueryScale] = query_scale;
-  return outputs_tuple(out);
+  return outputs_tuple(AdvantageResult{.advantages = advantages,
+                                       .token_advantages = token_advantages,
+                                       .density = density,
+                                       .weights = weights,
+                                       .energy = energy,
+                                       .weighted_energy = weighted_energy,
+                                       .active_groups = active,
+                                       .num_groups = num_groups,
+                                       .batch_mean = batch_mean,
+                                       .batch_std = batch_std,
+                                       .keep = keep,
+                                       .query_scale = query_scale});
 }
 
 }  // namespace

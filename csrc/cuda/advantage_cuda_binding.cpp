@@ -245,20 +245,18 @@ OutputTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& gro
                                mask.defined() ? dtype_of(mask.scalar_type()) : cuda::DType::kBool,
                                mask.defined() ? mask.size(1) : 0};
   check(cuda::launch_apply(p.problem, l.table, affine.data_ptr<double>(), out, l.blocks, stream));
-  Outputs result;
-  result[kOutAdvantages] = advantages;
-  result[kOutTokenAdvantages] = token;
-  result[kOutDensity] = density;
-  result[kOutWeights] = weights;
-  result[kOutEnergy] = energy;
-  result[kOutWeightedEnergy] = weighted_energy;
-  result[kOutActiveGroups] = active;
-  result[kOutNumGroups] = num_groups;
-  result[kOutBatchMean] = batch_mean;
-  result[kOutBatchStd] = batch_std;
-  result[kOutKeep] = keep;
-  result[kOutQueryScale] = query_scale;
-  return outputs_tuple(result);
+  return outputs_tuple(AdvantageResult{.advantages = advantages,
+                                       .token_advantages = token,
+                                       .density = density,
+                                       .weights = weights,
+                                       .energy = energy,
+                                       .weighted_energy = weighted_energy,
+                                       .active_groups = active,
+                                       .num_groups = num_groups,
+                                       .batch_mean = batch_mean,
+                                       .batch_std = batch_std,
+                                       .keep = keep,
+                                       .query_scale = query_scale});
 }
 
 }  // namespace

@@ -147,3 +147,12 @@ def test_four_float_rewards_complete_groups(method, group_size):
         ref = dk.fused_advantage(rewards, group_size, method=method, backend="reference", **kw)
         out = dk.fused_advantage(rewards, group_size, method=method, backend="cpu", **kw)
         assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], f"{method} {kw.keys()}")
+
+
+def test_dropped_rows_stay_zero_when_the_batch_scale_is_infinite():
+    """bn_eps=0 and no kept row: the batch scale is 1/0; dropped rows are still exactly 0."""
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+    out = dk.fused_advantage(rewards, 2, method="gd2po_hard", bn_eps=0.0, backend="cpu")
+    ref = dk.fused_advantage(rewards, 2, method="gd2po_hard", bn_eps=0.0, backend="reference")
+    assert not out.keep.any()
+    assert torch.equal(out.advantages, torch.zeros(4)) and torch.equal(ref.advantages, torch.zeros(4))

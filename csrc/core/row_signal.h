@@ -82,8 +82,11 @@ DARA_HD Real row_advantage(const RowSignal& rs, const Real* column_a, int C, con
   if constexpr (CT > 0) C = CT;
   Real s = Real(0);
   for (int c = 0; c < C; ++c) s += combine[c] * column_a[c];
-  // A product with the 0/1 flag (s is finite), not a branch: rows can run in SIMD lanes.
-  return (s - shift) * factor * ((rs.keep & rs.scorable) ? Real(1) : Real(0));
+  // A select, not a branch, so rows still run in SIMD lanes; not a product with
+  // a 0/1 flag either, since factor is infinite when bn_eps = 0 and the batch
+  // has no spread, and a dropped row must stay exactly 0.
+  const Real value = (s - shift) * factor;
+  return (rs.keep & rs.scorable) ? value : Real(0);
 }
 
 }  // namespace dara

@@ -17,11 +17,13 @@ the test suite's smoke check that every kernel still compiles.
 from __future__ import annotations
 
 import argparse
+import atexit
 import itertools
 import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,6 +31,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 os.environ.pop("TRITON_INTERPRET", None)
+# A fresh cache: a kernel compiled by an earlier run must not pass unchecked.
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="dara-triton-aot-")
+atexit.register(shutil.rmtree, os.environ["TRITON_CACHE_DIR"], ignore_errors=True)
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402

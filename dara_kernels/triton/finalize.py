@@ -83,7 +83,7 @@ def finalize_kernel(
     hi = tl.where(bounded, tl.load(bounds_ptr + 2 * kk + 1, mask=bounded, other=0.0),
                   _extreme(extrema_ptr, programs, wire.extrema_size(K, C), wire.max_reward_at(K, C), kk, kmask))
     ss = total_sq - count * raw_mean * raw_mean
-    raw_std = tl.where((count >= 2.0) & (ss > CONSTANT_REWARD_RTOL * total_sq),
+    raw_std = tl.where((count >= 2.0) & (ss > total_sq * CONSTANT_REWARD_RTOL),
                        tl.sqrt(tl.maximum(ss, 0.0) / tl.maximum(count - 1.0, 1.0)), 0.0)
     shifted = raw_mean - lo + saw_delta
     defined = kmask & (count > 0.0) & (shifted != 0.0)

@@ -20,11 +20,12 @@ from .apply import apply_kernel
 from .finalize import finalize_kernel
 from .layout import DeviceLayout, device_layout
 
-# Accumulate runs 2 warps per program (8 for 16 columns): its loop-carried
-# batch sums are replicated per thread, and at 4 warps ptxas spilled some
-# variants. With at most 128 registers per thread (enforced by
-# scripts/check_triton_compiles.py) eight 2-warp programs stay resident per SM,
-# and each still walks many groups.
+# Accumulate's warps per program follow its tile: its loop-carried batch
+# sums are replicated per thread, and at 4 warps ptxas spilled some variants
+# (scripts/check_triton_compiles.py fails on any spill and on more than 128
+# registers a thread, under the Triton versions tried: 3.6 and 3.9). With at
+# most 2 warps and 128 registers, eight programs stay resident per SM, and
+# each still walks many groups.
 PROGRAMS_PER_SM = 8
 # Rows per tile: the accumulate tile keeps a [rows, K, K] outer product live,
 # so rows shrink as K grows to hold it near 256 values.
@@ -54,7 +55,7 @@ def block_k(k: int) -> int:
 
 
 def accumulate_warps(k: int) -> int:
-    return 8 if block_k(k) >= 16 else 2
+    return {2: 1, 4: 2, 8: 2}.get(block_k(k), 8)
 
 
 def block_r(k: int) -> int:

@@ -37,11 +37,11 @@ struct ChunkSums {
   double active[N] = {}, energy[N] = {}, count[N] = {}, sum[N] = {}, sum_sq[N] = {}, group_weight[N] = {};
   double signal[N] = {}, token_signal[N] = {};
   double cross[N * N] = {}, token_cross[N * N] = {};
-  double lo[N], hi[N];
+  double max_reward[N], max_negated_reward[N];
   double groups = 0.0, rows = 0.0, token_total = 0.0;
 
   ChunkSums() {
-    for (int k = 0; k < N; ++k) lo[k] = hi[k] = -std::numeric_limits<double>::infinity();
+    for (int k = 0; k < N; ++k) max_reward[k] = max_negated_reward[k] = -std::numeric_limits<double>::infinity();
   }
 
   void store(const AccumulatorLayout& L, double* acc, double* extrema) const {
@@ -56,8 +56,8 @@ struct ChunkSums {
       acc[L.raw_sum(k)] = sum[k];
       acc[L.raw_sum_sq(k)] = sum_sq[k];
       acc[L.group_weight(k)] = group_weight[k];
-      extrema[L.max_reward(k)] = hi[k];
-      extrema[L.max_negated_reward(k)] = lo[k];
+      extrema[L.max_reward(k)] = max_reward[k];
+      extrema[L.max_negated_reward(k)] = max_negated_reward[k];
     }
     for (int c = 0; c < C; ++c) {
       acc[L.signal(c)] = signal[c];
@@ -74,19 +74,20 @@ struct ChunkSums {
 // Per-group bookkeeping shared by both paths once dev (sum of squared
 // deviations) is known: writes mean/scale (and DVAO weights) to the table.
 template <int KT>
-void finish_group(const AccumulateArgs& a, int64_t g, const double* count, const double* sum, double* dev,
+void finish_group(const AccumulateArgs& a, int64_t g, const double* count, const double* sum, const double* dev,
                   GroupTable& table, ChunkSums<KT>& sums) {
   const int K = KT > 0 ? KT : a.K;
   const Options& o = *a.options;
   double* mean = table.mean.data() + g * K;
   double* scale = table.scale.data() + g * K;
+  double spread[local_size<KT>()];  // b_k sigma_gk: DVAO's unnormalised group weight
   double weight_total = 0.0;
   for (int k = 0; k < K; ++k) {
     const ColumnStats s = finish_column(count[k], mean[k], dev[k], o);
     mean[k] = s.mean;
     scale[k] = s.scale;
-    dev[k] = a.base[k] * s.std;  // reused: DVAO's unnormalised group weight
-    weight_total += dev[k];
+    spread[k] = a.base[k] * s.std;
+    weight_total += spread[k];
     sums.active[k] += s.active ? 1.0 : 0.0;
     sums.count[k] += count[k];
     sums.sum[k] += sum[k];
@@ -94,7 +95,7 @@ void finish_group(const AccumulateArgs& a, int64_t g, const double* count, const
   if (o.group_weighted()) {
     double* weight = table.weight.data() + g * K;
     for (int k = 0; k < K; ++k) {
-      weight[k] = weight_total != 0.0 ? dev[k] / weight_total : 0.0;
+      weight[k] = weight_total != 0.0 ? spread[k] / weight_total : 0.0;
       sums.group_weight[k] += weight[k];
     }
   }
@@ -110,8 +111,8 @@ void add_raw_extremes(const Real* row, const AccumulateArgs& a, ChunkSums<KT>& s
     const double r = static_cast<double>(clean_reward(row[k], *a.options));
     if (!(r == r)) continue;
     sums.sum_sq[k] += r * r;
-    sums.hi[k] = std::fmax(sums.hi[k], r);
-    sums.lo[k] = std::fmax(sums.lo[k], -r);
+    sums.max_reward[k] = std::fmax(sums.max_reward[k], r);
+    sums.max_negated_reward[k] = std::fmax(sums.max_negated_reward[k], -r);
   }
 }
 

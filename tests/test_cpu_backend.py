@@ -71,20 +71,6 @@ def test_dense_and_sparse_ids_agree():
                 assert torch.equal(getattr(a, name), getattr(b, name)), name
 
 
-def test_deterministic_across_thread_counts():
-    case = make_case(4, "fixed", 4, shape=(8192 * 4, 4))
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = dk.fused_advantage(case.rewards, **case.layout, backend="cpu")
-        torch.set_num_threads(max(2, threads))
-        many = dk.fused_advantage(case.rewards, **case.layout, backend="cpu")
-    finally:
-        torch.set_num_threads(threads)
-    assert torch.equal(one.advantages, many.advantages)
-    assert torch.equal(one.batch_std, many.batch_std)
-
-
 def test_empty_batch():
     out = dk.fused_advantage(torch.empty(0, 3), 4, backend="cpu")
     assert out.advantages.shape == (0,) and out.keep.shape == (0,)
@@ -119,9 +105,10 @@ def test_token_output_reads_the_mask_in_its_dtype(dtype, holes):
     assert torch.equal(out.token_advantages, out.advantages[:, None] * mask)
 
 
-def test_threads_split_a_large_call_bitwise_identically():
-    """Large enough that the kernel splits it across threads (small calls stay on one)."""
-    case = make_case(9, "fixed", 4, shape=(1 << 17, 4))
+@pytest.mark.parametrize("rows", [8192 * 4, 1 << 17])
+def test_bitwise_identical_for_any_thread_count(rows):
+    """The larger call is split across threads (small calls stay on one)."""
+    case = make_case(9, "fixed", 4, shape=(rows, 4))
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)

@@ -3,6 +3,7 @@ keeps rewards on their process (no gather) and uses the op's process_group
 mode; each process's advantages must equal its slice of the one-process result
 on all rewards. Rank 0 writes a JSON verdict to argv[1]."""
 import json
+import os
 import sys
 
 import torch
@@ -32,6 +33,14 @@ def main(out_path: str, workdir: str) -> None:
     dist.all_gather_object(all_results, results)
     if dist.get_rank() == 0:
         Path(out_path).write_text(json.dumps({"world": world, "ranks": all_results}))
+    # Past this barrier every collective is done and the verdict is on disk.
+    # Interpreter teardown with gloo's threads still alive aborted the process
+    # now and then ("terminate called without an active exception"), and an
+    # explicit destroy_process_group once hung: leave without teardown.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,11 @@ def extensions():
         ) from err
 
     sources = ["csrc/ops.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
-    cxx = ["-O3", "-std=c++20", "-fopenmp"]
+    # The kernels never read floating-point exception flags or errno, so the
+    # compiler may evaluate both sides of a select and inline sqrt: that is what
+    # lets loops over rows and groups run in SIMD lanes. No fused multiply-add,
+    # so every instruction-set copy (csrc/cpu/cpu_isa.h) gives the same bits.
+    cxx = ["-O3", "-std=c++20", "-fno-trapping-math", "-fno-math-errno", "-ffp-contract=off", "-fopenmp"]
     if sys.platform == "darwin":
         cxx.remove("-fopenmp")
     flags = {"cxx": cxx}

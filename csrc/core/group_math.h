@@ -11,26 +11,52 @@
 namespace dara {
 
 struct ColumnStats {
-  double mean;   // mu_gk (0 for a verl singleton)
-  double std;    // sigma_gk (0 when n_gk < 2, 1 for a verl singleton)
-  double scale;  // A_jk = (r_jk - mean) * scale; 0 for an inactive pair
-  bool active;
+  double mean;    // mu_gk (0 for a verl singleton)
+  double std;     // sigma_gk (0 when n_gk < 2, 1 for a verl singleton)
+  double scale;   // A_jk = (r_jk - mean) * scale; 0 for an inactive pair
+  double active;  // 1 for an active pair, else 0: a number, since it is summed
 };
 
-// sum_sq_dev is sum over valid entries of (r - mean)^2, mean = sum / count.
+// The pieces of a column's statistics. Each is selects between doubles, with
+// no branch and no boolean arithmetic, so the CPU kernel runs them across
+// groups in SIMD lanes (a division by a zero divisor is computed and then not
+// selected).
+
+// The size of a group that verl treats as a singleton (mean 0, std 1): 1
+// under singleton_verl, else -1, which no group has.
+DARA_HD double singleton_size(const Options& o) { return o.singleton_verl ? 1.0 : -1.0; }
+
+// sigma_gk from sum_sq_dev, the sum over valid entries of (r - mean)^2: 0
+// when n_gk < 2, 1 for a verl singleton.
+DARA_HD double column_std(double count, double sum_sq_dev, const Options& o) {
+  const double divisor = count - (o.unbiased ? 1.0 : 0.0);
+  const double spread = sqrt(count >= 2.0 ? sum_sq_dev / divisor : 0.0);
+  return count == singleton_size(o) ? 1.0 : spread;
+}
+
+// 1 for an active pair, else 0.
+DARA_HD double column_active(double count, double std, const Options& o) {
+  return count >= 2.0 ? (std > o.active_tol ? 1.0 : 0.0) : 0.0;
+}
+
+// mu_gk as A_jk uses it: 0 for a verl singleton.
+DARA_HD double column_mean(double count, double mean, const Options& o) {
+  return count == singleton_size(o) ? 0.0 : mean;
+}
+
+// A_jk = (r_jk - mean) * scale: 0 for an inactive pair.
+DARA_HD double column_scale(double count, double std, const Options& o) {
+  const double used = o.scale_by_std ? 1.0 / (std + o.eps) : 1.0;
+  return count == singleton_size(o) ? used : (column_active(count, std, o) != 0.0 ? used : 0.0);
+}
+
+// mean = sum / count over the valid entries.
 DARA_HD ColumnStats finish_column(double count, double mean, double sum_sq_dev, const Options& o) {
   ColumnStats s;
-  double divisor = o.unbiased ? count - 1.0 : count;
-  s.std = count >= 2.0 ? sqrt(sum_sq_dev / divisor) : 0.0;
-  s.mean = mean;
-  s.active = count >= 2.0 && s.std > o.active_tol;
-  bool singleton = count == 1.0 && o.singleton_verl;
-  if (singleton) {
-    s.mean = 0.0;
-    s.std = 1.0;
-  }
-  bool used = s.active || singleton;
-  s.scale = used ? (o.scale_by_std ? 1.0 / (s.std + o.eps) : 1.0) : 0.0;
+  s.std = column_std(count, sum_sq_dev, o);
+  s.active = column_active(count, s.std, o);
+  s.mean = column_mean(count, mean, o);
+  s.scale = column_scale(count, s.std, o);
   return s;
 }
 

@@ -8,11 +8,6 @@
 #include <tuple>
 #include <vector>
 
-// The kernels below never read floating-point exception flags. Without trap
-// semantics the compiler may evaluate both sides of the row formulas' selects,
-// which is what lets a loop over rows run in SIMD lanes.
-#pragma GCC optimize("no-trapping-math")
-
 #include "../core/finalize.h"
 #include "../core/wire.h"
 #include "../op_outputs.h"

@@ -3,12 +3,14 @@
 // once. Each row goes through the shared row formulas (core/row_signal.h) in
 // the per-row real type, with K and C known at compile time so they unroll.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "../core/row_signal.h"
 #include "../core/wire.h"
 #include "chunks.h"
+#include "cpu_isa.h"
 #include "group_layout.h"
 #include "group_table.h"
 #include "reward_count.h"
@@ -82,6 +84,56 @@ void apply_group(const scalar_t* rewards, const ApplyArgs& a, const Options& o, 
   }
 }
 
+// A complete group's advantages are affine in its rewards:
+// s_j = sum_k c_k (r_jk - mu_gk), where c_k folds the column's combine
+// coefficient, DVAO's w_gk or GRPO's b_k into the scale. A row is then one
+// multiply-add per reward with no flags, and the loop over rows runs in SIMD lanes.
+template <int KT, Columns M>
+void complete_coefficients(const ApplyArgs& a, const GroupRef& stats, double* coef) {
+  const int K = KT > 0 ? KT : a.K;
+  for (int k = 0; k < K; ++k) {
+    if constexpr (M == Columns::kSummed) {
+      coef[k] = a.combine[0] * a.base[k] * stats.sum_scale;
+    } else if constexpr (M == Columns::kGroupWeighted) {
+      coef[k] = a.combine[k] * stats.weight[k] * stats.scale[k];
+    } else {
+      coef[k] = a.combine[k] * stats.scale[k];
+    }
+  }
+}
+
+template <int KT, typename Real, typename scalar_t>
+void apply_complete_group(const scalar_t* rewards, const ApplyArgs& a, const GroupRef& stats, const double* coef,
+                          int64_t begin, int64_t end, float* advantages, bool* keep, float* query_scale) {
+  constexpr int N = local_size<KT>();
+  const int K = KT > 0 ? KT : a.K;
+  Real c[N], m[N];
+  for (int k = 0; k < K; ++k) {
+    c[k] = static_cast<Real>(coef[k]);
+    m[k] = static_cast<Real>(stats.mean[k]);
+  }
+  const Real shift = static_cast<Real>(a.shift), factor = static_cast<Real>(a.scale);
+  const GroupLayout& layout = *a.layout;
+  if (!layout.sorted()) {
+    for (int64_t p = begin; p < end; ++p) {
+      Real s = Real(0);
+      for (int k = 0; k < K; ++k) s += c[k] * (static_cast<Real>(rewards[p * K + k]) - m[k]);
+      advantages[p] = static_cast<float>((s - shift) * factor);
+    }
+    std::fill(keep + begin, keep + end, true);
+    std::fill(query_scale + begin, query_scale + end, 1.0f);
+    return;
+  }
+  for (int64_t p = begin; p < end; ++p) {
+    Real s = Real(0);
+    for (int k = 0; k < K; ++k) s += c[k] * (static_cast<Real>(rewards[p * K + k]) - m[k]);
+    const int64_t j = layout.row(p);
+    advantages[j] = static_cast<float>((s - shift) * factor);
+    keep[j] = true;
+    query_scale[j] = 1.0f;
+  }
+}
+
 template <int KT, Columns M, typename Real, typename scalar_t>
 void apply_groups(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, int64_t g0, int64_t g1,
                   float* advantages, bool* keep, float* query_scale) {
@@ -89,7 +141,16 @@ void apply_groups(const scalar_t* rewards, const ApplyArgs& a, const GroupTable&
   for (int64_t g = g0; g < g1; ++g) {
     const GroupRef stats = table.ref(g);
     const int64_t begin = a.layout->begin(g), end = a.layout->end(g);
-    if (std::is_same_v<Real, double> || float_rows_suffice(stats, a.K, M == Columns::kSummed)) {
+    const bool float_rows = std::is_same_v<Real, double> || float_rows_suffice(stats, a.K, M == Columns::kSummed);
+    if (table.complete[g]) {
+      double coef[local_size<KT>()];
+      complete_coefficients<KT, M>(a, stats, coef);
+      if (float_rows) {
+        apply_complete_group<KT, Real>(rewards, a, stats, coef, begin, end, advantages, keep, query_scale);
+      } else {
+        apply_complete_group<KT, double>(rewards, a, stats, coef, begin, end, advantages, keep, query_scale);
+      }
+    } else if (float_rows) {
       apply_group<KT, M, Real>(rewards, a, o, stats, table.kappa[g], begin, end, advantages, keep, query_scale);
     } else {
       apply_group<KT, M, double>(rewards, a, o, stats, table.kappa[g], begin, end, advantages, keep, query_scale);
@@ -106,7 +167,9 @@ void apply_in(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& tab
     constexpr int KT = decltype(kt)::value;
     auto run = [&](auto mode) {
       for_each_chunk(a.layout->num_groups(), bytes, [&](int64_t, int64_t g0, int64_t g1) {
-        apply_groups<KT, decltype(mode)::value, Real>(rewards, a, table, g0, g1, advantages, keep, query_scale);
+        with_cpu_isa([&] {
+          apply_groups<KT, decltype(mode)::value, Real>(rewards, a, table, g0, g1, advantages, keep, query_scale);
+        });
       });
     };
     dispatch_columns(*a.options, run);

@@ -1,6 +1,10 @@
 // What accumulate leaves for apply, per group: each reward's mean and scale,
-// DVAO's group weights w_gk, GRPO's summed-column mean and scale, and the
-// GD2PO query scale kappa_g.
+// DVAO's group weights w_gk, GRPO's summed-column mean and scale, the
+// GD2PO query scale kappa_g, and whether the group is complete (every entry
+// present, every row kept), which makes its advantages affine in its rewards.
+// Accumulate writes every entry a method uses, so the storage is not cleared:
+// it is kept per calling thread between calls, and a stream of calls neither
+// clears nor page-faults megabytes of table each time.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -12,20 +16,30 @@ namespace dara {
 
 struct GroupTable {
   int K;
-  std::vector<double> mean, scale, weight, sum_mean, sum_scale, kappa;
+  double *mean, *scale, *weight, *sum_mean, *sum_scale, *kappa;
+  uint8_t* complete;
 
-  GroupTable(int64_t num_groups, int num_rewards, const Options& o)
-      : K(num_rewards),
-        mean(num_groups * num_rewards),
-        scale(num_groups * num_rewards),
-        weight(o.group_weighted() ? num_groups * num_rewards : 0),
-        sum_mean(o.combined_column() ? num_groups : 0),
-        sum_scale(o.combined_column() ? num_groups : 0),
-        kappa(num_groups) {}
+  GroupTable(int64_t num_groups, int num_rewards, const Options& o) : K(num_rewards) {
+    const int64_t per_reward = num_groups * num_rewards;
+    const int64_t weights = o.group_weighted() ? per_reward : 0;
+    const int64_t summed = o.combined_column() ? num_groups : 0;
+    thread_local std::vector<double> values;
+    thread_local std::vector<uint8_t> flags;
+    const size_t need = static_cast<size_t>(2 * per_reward + weights + 2 * summed + num_groups);
+    if (values.size() < need) values.resize(need);
+    if (flags.size() < static_cast<size_t>(num_groups)) flags.resize(num_groups);
+    mean = values.data();
+    scale = mean + per_reward;
+    weight = weights ? scale + per_reward : nullptr;
+    sum_mean = summed ? scale + per_reward + weights : nullptr;
+    sum_scale = summed ? sum_mean + summed : nullptr;
+    kappa = scale + per_reward + weights + 2 * summed;
+    complete = flags.data();
+  }
 
   GroupRef ref(int64_t g) const {
-    return {mean.data() + g * K, scale.data() + g * K, weight.empty() ? nullptr : weight.data() + g * K,
-            sum_mean.empty() ? 0.0 : sum_mean[g], sum_scale.empty() ? 0.0 : sum_scale[g]};
+    return {mean + g * K, scale + g * K, weight ? weight + g * K : nullptr, sum_mean ? sum_mean[g] : 0.0,
+            sum_scale ? sum_scale[g] : 0.0};
   }
 };
 

@@ -112,7 +112,7 @@ __device__ void accumulate_group(const Problem& p, const Table& t, const float* 
     spread[k] = p.base[k] * s.std;
     spread_total += spread[k];
     if (lane == 0) {
-      acc[L.active(k)] += s.active ? 1.0 : 0.0;
+      acc[L.active(k)] += s.active;
       acc[L.raw_count(k)] += count[k];
       acc[L.raw_sum(k)] += sum[k];
       acc[L.raw_sum_sq(k)] += sum_sq[k];

@@ -7,10 +7,8 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <memory>
-#include <type_traits>
 #include <vector>
 
 #include "../core/group_math.h"

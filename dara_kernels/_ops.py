@@ -50,9 +50,9 @@ if extension_available():
 
 
 @functools.lru_cache(maxsize=256)
-def _kernel_vector(opts: AdvantageOptions) -> list[float]:
+def _kernel_vector(opts: AdvantageOptions, reject_inf: bool = False) -> list[float]:
     """Options are frozen: their packed vector is built once per option set."""
-    return opts.kernel_vector()
+    return opts.kernel_vector(reject_inf)
 
 
 def _layout_args(inputs: PreparedInputs):
@@ -67,5 +67,6 @@ def kernel_accumulate(inputs: PreparedInputs, opts: AdvantageOptions):
 def kernel_fused_advantage(inputs: PreparedInputs, opts: AdvantageOptions,
                            accumulators=None, extrema=None) -> AdvantageOutput:
     result = torch.ops.dara.fused_advantage(
-        *_layout_args(inputs), inputs.reward_bounds, accumulators, extrema, _kernel_vector(opts))
+        *_layout_args(inputs), inputs.reward_bounds, accumulators, extrema,
+        _kernel_vector(opts, inputs.kernel_rejects_inf))
     return output_from_kernel(result, inputs.response_mask is not None)

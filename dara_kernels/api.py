@@ -10,7 +10,7 @@ from . import backends
 from .distributed import needs_extrema, reduce_accumulators
 from .options import AdvantageOptions, resolve_options
 from .output import AdvantageOutput
-from .validation import prepare_inputs
+from .validation import prepare_inputs, reward_matrix
 
 TensorLike = Union[torch.Tensor, Sequence[float]]
 
@@ -76,12 +76,13 @@ def fused_advantage(
         batch_norm=batch_norm, bn_eps=bn_eps, nan_policy=nan_policy, active_tol=active_tol,
         alpha=alpha, density_floor=density_floor, saw_delta=saw_delta, sa_gamma=sa_gamma,
         apply_query_scale=apply_query_scale, singleton=singleton)
+    rewards = reward_matrix(rewards)
+    name = backends.choose_backend(backend, rewards.device, rewards.shape[1])
     inputs = prepare_inputs(
         rewards, group_size=group_size, group_index=group_index, reward_weights=reward_weights,
         response_mask=response_mask, response_lengths=response_lengths,
         reward_bounds=reward_bounds, nan_policy=opts.nan_policy, batch_norm=opts.batch_norm,
-        validate=validate)
-    name = backends.choose_backend(backend, inputs.rewards.device, inputs.num_rewards)
+        validate=validate, kernel_rejects_inf=name == "cpu" and process_group is None)
     run = backends.runner(name)
     if process_group is None:
         return run(inputs, opts)

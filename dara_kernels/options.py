@@ -53,8 +53,11 @@ class AdvantageOptions:
     apply_query_scale: bool
     singleton: str
 
-    def kernel_vector(self) -> list[float]:
-        return [float(_ENCODED[name](self) if name in _ENCODED else getattr(self, name))
+    def kernel_vector(self, reject_inf: bool = False) -> list[float]:
+        """reject_inf: the kernel raises on a +-Inf reward (the CPU kernel's own check)."""
+        values = {"reject_inf": reject_inf}
+        return [float(values[name] if name in values else
+                      _ENCODED[name](self) if name in _ENCODED else getattr(self, name))
                 for name, _ in OPTION_FIELDS]
 
 

@@ -8,6 +8,7 @@ always. Shape, dtype and option checks always run.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -27,6 +28,7 @@ class PreparedInputs:
     response_mask: Optional[torch.Tensor]     # [N, T] contiguous
     response_lengths: Optional[torch.Tensor]  # [N] float64
     reward_bounds: Optional[torch.Tensor]     # [K, 2] float64
+    kernel_rejects_inf: bool = False          # the CPU kernel checks for +-Inf in its own pass
 
     @property
     def num_rows(self) -> int:
@@ -35,6 +37,12 @@ class PreparedInputs:
     @property
     def num_rewards(self) -> int:
         return self.rewards.shape[1]
+
+
+@functools.lru_cache(maxsize=64)
+def _unit_weights(k: int, device: torch.device) -> torch.Tensor:
+    """The default reward_weights, made once per (K, device): every backend only reads them."""
+    return torch.ones(k, dtype=torch.float64, device=device)
 
 
 def _check_tensor(name: str, value, device: torch.device) -> torch.Tensor:
@@ -76,19 +84,8 @@ def value_checks_possible(device: torch.device) -> bool:
     return not (device.type == "cuda" and torch.cuda.is_current_stream_capturing())
 
 
-def prepare_inputs(
-    rewards,
-    *,
-    group_size: Optional[int],
-    group_index,
-    reward_weights,
-    response_mask,
-    response_lengths,
-    reward_bounds,
-    nan_policy: str,
-    batch_norm: str,
-    validate: bool,
-) -> PreparedInputs:
+def reward_matrix(rewards) -> torch.Tensor:
+    """rewards as a contiguous [N, K] float tensor (bool and integer rewards cast once)."""
     if not isinstance(rewards, torch.Tensor):
         raise TypeError(f"rewards must be a torch.Tensor, got {type(rewards).__name__}")
     if rewards.dtype not in FLOAT_DTYPES:
@@ -101,11 +98,30 @@ def prepare_inputs(
         rewards = rewards.unsqueeze(1)
     if rewards.dim() != 2:
         raise ValueError(f"rewards must be [N, K] or [N], got shape {tuple(rewards.shape)}")
-    n, k = rewards.shape
-    if k == 0:
+    if rewards.shape[1] == 0:
         raise ValueError("rewards must have at least one reward column (K >= 1)")
+    return rewards.contiguous()
+
+
+def prepare_inputs(
+    rewards,
+    *,
+    group_size: Optional[int],
+    group_index,
+    reward_weights,
+    response_mask,
+    response_lengths,
+    reward_bounds,
+    nan_policy: str,
+    batch_norm: str,
+    validate: bool,
+    kernel_rejects_inf: bool = False,
+) -> PreparedInputs:
+    """kernel_rejects_inf: the backend that runs the call (the CPU kernel) checks
+    rewards for +-Inf in its own pass, so no separate pass here."""
+    rewards = reward_matrix(rewards)
+    n, k = rewards.shape
     device = rewards.device
-    rewards = rewards.contiguous()
     validate = validate and value_checks_possible(device)
 
     if (group_size is None) == (group_index is None):
@@ -126,7 +142,8 @@ def prepare_inputs(
         group_index = group_index.to(torch.int64).contiguous()
 
     if reward_weights is None:
-        weights = torch.ones(k, dtype=torch.float64, device=device)
+        weights = _unit_weights(k, device) if not torch.compiler.is_compiling() else torch.ones(
+            k, dtype=torch.float64, device=device)
     else:
         weights = torch.as_tensor(reward_weights, dtype=torch.float64, device=device)
         if weights.shape != (k,):
@@ -169,9 +186,10 @@ def prepare_inputs(
     if batch_norm == "token" and mask is None and lengths is None:
         raise ValueError('batch_norm="token" needs response_mask or response_lengths for token weights')
 
-    if validate and n:
+    if validate and n and not kernel_rejects_inf:
         _finite_or_raise("rewards", rewards)
         if nan_policy == "raise" and torch.isnan(rewards).any():
             row, col = torch.nonzero(torch.isnan(rewards))[0].tolist()
             raise ValueError(f'rewards has NaN at row {row}, column {col} and nan_policy="raise"')
-    return PreparedInputs(rewards, group_size or 0, group_index, weights, mask, lengths, bounds)
+    return PreparedInputs(rewards, group_size or 0, group_index, weights, mask, lengths, bounds,
+                          validate and kernel_rejects_inf)

@@ -32,6 +32,9 @@ OPTION_FIELDS = (
     ("sa_gamma", "double"),
     ("apply_query_scale", "bool"),
     ("singleton_verl", "bool"),
+    # Set only for the CPU kernel, which checks for +-Inf rewards in its own
+    # pass over them; the Python layer checks for the other backends.
+    ("reject_inf", "bool"),
 )
 
 # Batch accumulators, summed across ranks. Sizes are in K reward columns and C

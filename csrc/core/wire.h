@@ -26,7 +26,7 @@ constexpr int kMaxCpuRewards = 64;
 constexpr int kMaxCudaRewards = 16;
 constexpr int kMaxTritonRewards = 16;
 
-constexpr int kNumOptions = 14;
+constexpr int kNumOptions = 15;
 
 struct Options {
   int method;
@@ -43,6 +43,7 @@ struct Options {
   double sa_gamma;
   bool apply_query_scale;
   bool singleton_verl;
+  bool reject_inf;
 
   DARA_HD bool combined_column() const { return method == kGrpo; }
   DARA_HD bool group_weighted() const { return method == kDvao; }
@@ -65,6 +66,7 @@ DARA_HD Options options_from_vector(const double* v) {
   o.sa_gamma = v[11];
   o.apply_query_scale = v[12] != 0.0;
   o.singleton_verl = v[13] != 0.0;
+  o.reject_inf = v[14] != 0.0;
   return o;
 }
 

@@ -21,6 +21,7 @@
 #include "group_layout.h"
 #include "group_table.h"
 #include "reward_count.h"
+#include "reward_types.h"
 
 namespace dara {
 
@@ -102,7 +103,10 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
     sum_total += scorable ? rsum : 0.0;
   }
   double* mean = table.mean + g * K;
-  for (int k = 0; k < K; ++k) mean[k] = count[k] > 0.0 ? sum[k] / count[k] : 0.0;
+  for (int k = 0; k < K; ++k) {
+    mean[k] = count[k] > 0.0 ? sum[k] / count[k] : 0.0;
+    sums.nonfinite |= !(sum[k] - sum[k] == 0.0);
+  }
   const double sum_mean = sum_count > 0.0 ? sum_total / sum_count : 0.0;
   double dev[N] = {};
   double sum_dev = 0.0;
@@ -181,8 +185,9 @@ void accumulate_groups(const scalar_t* rewards, const AccumulateArgs& a, int64_t
 }
 
 // Fills `table` and writes the batch accumulators into acc / extrema.
+// Returns whether some group's sum was not finite (see ChunkSums::nonfinite).
 template <typename scalar_t>
-void accumulate(const scalar_t* rewards, const AccumulateArgs& a, GroupTable& table, const AccumulatorLayout& L,
+bool accumulate(const scalar_t* rewards, const AccumulateArgs& a, GroupTable& table, const AccumulatorLayout& L,
                 double* acc, double* extrema) {
   const int64_t groups = a.layout->num_groups();
   const int64_t chunks = num_chunks(groups);
@@ -190,13 +195,16 @@ void accumulate(const scalar_t* rewards, const AccumulateArgs& a, GroupTable& ta
   const int64_t bytes = rows * (a.K * static_cast<int64_t>(sizeof(scalar_t)) + (a.token_weights ? 8 : 0));
   const int M = L.size(), E = L.extrema_size();
   std::vector<double> partial(chunks * M), partial_extrema(chunks * E);
+  std::vector<uint8_t> nonfinite(chunks);
   dispatch_reward_count(a.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
     for_each_chunk(groups, bytes, [&](int64_t c, int64_t g0, int64_t g1) {
-      auto sums = std::make_unique<ChunkSums<KT>>();
+      ChunkSums<KT>* sums = thread_storage<ChunkSums<KT>, kChunkSums>(1);
+      *sums = ChunkSums<KT>();
       CompleteBatch<KT> batch(a.K, a.token_weights != nullptr);
       with_cpu_isa([&] { accumulate_groups<KT>(rewards, a, g0, g1, table, *sums, batch); });
       sums->store(L, partial.data() + c * M, partial_extrema.data() + c * E);
+      nonfinite[c] = sums->nonfinite;
     });
   });
   for (int i = 0; i < M; ++i) acc[i] = 0.0;
@@ -205,6 +213,14 @@ void accumulate(const scalar_t* rewards, const AccumulateArgs& a, GroupTable& ta
     for (int i = 0; i < M; ++i) acc[i] += partial[c * M + i];
     for (int i = 0; i < E; ++i) extrema[i] = std::fmax(extrema[i], partial_extrema[c * E + i]);
   }
+  return std::find(nonfinite.begin(), nonfinite.end(), 1) != nonfinite.end();
 }
+
+#define DARA_ACCUMULATE(T)                                                                                     \
+  bool accumulate<T>(const T* rewards, const AccumulateArgs& a, GroupTable& table, const AccumulatorLayout& L, \
+                     double* acc, double* extrema);
+#define DARA_EXTERN_ACCUMULATE(T) extern template DARA_ACCUMULATE(T)
+DARA_REWARD_TYPES(DARA_EXTERN_ACCUMULATE)
+#undef DARA_EXTERN_ACCUMULATE
 
 }  // namespace dara

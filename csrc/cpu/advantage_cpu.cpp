@@ -13,10 +13,9 @@
 #include "../op_outputs.h"
 #include "accumulate.h"
 #include "apply.h"
-#include "gather_rows.h"
 #include "group_layout.h"
 #include "group_table.h"
-#include "huge_pages.h"
+#include "large_outputs.h"
 #include "token_mask.h"
 
 namespace dara {
@@ -28,7 +27,8 @@ struct Problem {
   Options options;
   AccumulatorLayout L;
   GroupLayout layout;
-  at::Tensor rewards;
+  at::Tensor rewards;        // in group order: gathered for a group_index layout
+  at::Tensor input_rewards;  // in input order
   at::Tensor base;
   at::Tensor token_weights;          // undefined unless batch_norm is "token"
   std::vector<int64_t> mask_prefix;  // from the token-weight pass over the mask, else empty
@@ -43,16 +43,19 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
   const int64_t n = rewards.size(0), K = rewards.size(1);
   TORCH_CHECK(K >= 1, "dara: rewards need at least one column");
   TORCH_CHECK(reward_weights.numel() == K, "dara: reward_weights must have K elements");
-  Problem p{options_from_vector(options.data()),         {}, {}, rewards.contiguous(),
-            reward_weights.to(at::kDouble).contiguous(), {}};
+  Problem p{.options = options_from_vector(options.data()),
+            .rewards = rewards.contiguous(),
+            .base = reward_weights.to(at::kDouble).contiguous()};
+  p.input_rewards = p.rewards;
   p.L = AccumulatorLayout{static_cast<int>(K), p.options.combined_column() ? 1 : static_cast<int>(K)};
   if (group_index.has_value()) {
     TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
     at::Tensor ids = group_index->to(at::kLong).contiguous();
-    p.layout = GroupLayout::from_ids(ids.data_ptr<int64_t>(), n);
     at::Tensor gathered = at::empty_like(p.rewards);
-    gather_rows(static_cast<const char*>(p.rewards.const_data_ptr()), p.layout.rows().data(), n,
-                K * static_cast<int64_t>(p.rewards.element_size()), static_cast<char*>(gathered.data_ptr()));
+    p.layout = GroupLayout::from_ids(
+        ids.data_ptr<int64_t>(), n,
+        RowCopy{static_cast<const char*>(p.rewards.const_data_ptr()),
+                K * static_cast<int64_t>(p.rewards.element_size()), static_cast<char*>(gathered.data_ptr())});
     p.rewards = gathered;
   } else {
     TORCH_CHECK(group_size >= 1 && n % group_size == 0, "dara: group_size must divide N");
@@ -82,11 +85,23 @@ AccumulateArgs accumulate_args(const Problem& p) {
           p.token_weights.defined() ? p.token_weights.data_ptr<double>() : nullptr, &p.layout};
 }
 
-void run_accumulate(const Problem& p, GroupTable& table, at::Tensor& acc, at::Tensor& extrema) {
+// Returns whether some group's sum was not finite.
+bool run_accumulate(const Problem& p, GroupTable& table, at::Tensor& acc, at::Tensor& extrema) {
+  bool nonfinite = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.rewards.scalar_type(), "dara_accumulate", [&] {
-    accumulate(p.rewards.data_ptr<scalar_t>(), accumulate_args(p), table, p.L, acc.data_ptr<double>(),
-               extrema.data_ptr<double>());
+    nonfinite = accumulate(p.rewards.data_ptr<scalar_t>(), accumulate_args(p), table, p.L, acc.data_ptr<double>(),
+                           extrema.data_ptr<double>());
   });
+  return nonfinite;
+}
+
+// Accumulate's sums pass through every reward, so an infinite one shows as a
+// group sum that is not finite; only then are the rewards searched, for the
+// first one in input order (a sum can also overflow with finite rewards).
+void reject_inf(const at::Tensor& input_rewards) {
+  const at::Tensor where = at::nonzero(at::isinf(input_rewards));
+  TORCH_CHECK_VALUE(where.size(0) == 0, "rewards contains +-Inf at index (", where[0][0].item<int64_t>(), ", ",
+                    where[0][1].item<int64_t>(), "); rewards must be finite or NaN");
 }
 
 std::tuple<at::Tensor, at::Tensor> accumulate_cpu(const at::Tensor& rewards, const OptTensor& group_index,
@@ -110,7 +125,7 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
   GroupTable table(p.layout.num_groups(), p.L.K, p.options);
   at::Tensor acc = at::empty({p.L.size()}, rewards.options().dtype(at::kDouble));
   at::Tensor ext = at::empty({p.L.extrema_size()}, rewards.options().dtype(at::kDouble));
-  run_accumulate(p, table, acc, ext);
+  if (run_accumulate(p, table, acc, ext) && p.options.reject_inf) reject_inf(p.input_rewards);
   if (accumulators.has_value()) {
     TORCH_CHECK(accumulators->numel() == p.L.size(), "dara: accumulators must have ", p.L.size(), " elements");
     acc = accumulators->to(at::kDouble).contiguous();
@@ -151,8 +166,8 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
   ApplyArgs args{p.L.K,          p.L.C,          &p.options,     p.base.data_ptr<double>(),
                  combine.data(), shift_scale[0], shift_scale[1], &p.layout};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.rewards.scalar_type(), "dara_apply", [&] {
-    apply(p.rewards.data_ptr<scalar_t>(), args, table, advantages.data_ptr<float>(), keep.data_ptr<bool>(),
-          query_scale.data_ptr<float>());
+    apply(p.rewards.data_ptr<scalar_t>(), p.input_rewards.data_ptr<scalar_t>(), args, table,
+          advantages.data_ptr<float>(), keep.data_ptr<bool>(), query_scale.data_ptr<float>());
   });
 
   at::Tensor token_advantages = at::empty({0}, f32);

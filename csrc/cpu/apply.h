@@ -1,11 +1,14 @@
 // Apply: the second and last read of the rewards (in group order, see
-// accumulate.h); writes each response's advantage, keep flag and query scale
-// once. Each row goes through the shared row formulas (core/row_signal.h) in
-// the per-row real type, with K and C known at compile time so they unroll.
+// accumulate.h, or in input order for a shuffled layout's affine groups);
+// writes each response's advantage, keep flag and query scale once. Each
+// row goes through the shared row formulas (core/row_signal.h) in the
+// per-row real type, with K and C known at compile time so they unroll.
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <type_traits>
+#include <vector>
 
 #include "../core/row_signal.h"
 #include "../core/wire.h"
@@ -14,6 +17,8 @@
 #include "group_layout.h"
 #include "group_table.h"
 #include "reward_count.h"
+#include "reward_types.h"
+#include "thread_storage.h"
 
 namespace dara {
 
@@ -134,23 +139,39 @@ void apply_complete_group(const scalar_t* rewards, const ApplyArgs& a, const Gro
   }
 }
 
+// Whether a group's rows can run in the per-row real type.
+template <Columns M, typename Real>
+bool real_rows_suffice(const ApplyArgs& a, const GroupRef& stats) {
+  return std::is_same_v<Real, double> || float_rows_suffice(stats, a.K, M == Columns::kSummed);
+}
+
+// A complete group whose rows can run in the per-row real type: its rows
+// are affine (apply_complete_group) in that type.
+template <Columns M, typename Real>
+bool affine_group(const ApplyArgs& a, const GroupTable& table, int64_t g) {
+  return table.complete[g] && real_rows_suffice<M, Real>(a, table.ref(g));
+}
+
+// Groups [g0, g1) in group order; with skip_affine, only the groups a pass in
+// input order (apply_rows_in_input_order) does not cover.
 template <int KT, Columns M, typename Real, typename scalar_t>
 void apply_groups(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, int64_t g0, int64_t g1,
-                  float* advantages, bool* keep, float* query_scale) {
+                  bool skip_affine, float* advantages, bool* keep, float* query_scale) {
   const Options o = *a.options;  // a local copy: the output stores cannot alias it
   for (int64_t g = g0; g < g1; ++g) {
     const GroupRef stats = table.ref(g);
+    const bool real_rows = real_rows_suffice<M, Real>(a, stats);
+    if (skip_affine && real_rows && table.complete[g]) continue;
     const int64_t begin = a.layout->begin(g), end = a.layout->end(g);
-    const bool float_rows = std::is_same_v<Real, double> || float_rows_suffice(stats, a.K, M == Columns::kSummed);
     if (table.complete[g]) {
       double coef[local_size<KT>()];
       complete_coefficients<KT, M>(a, stats, coef);
-      if (float_rows) {
+      if (real_rows) {
         apply_complete_group<KT, Real>(rewards, a, stats, coef, begin, end, advantages, keep, query_scale);
       } else {
         apply_complete_group<KT, double>(rewards, a, stats, coef, begin, end, advantages, keep, query_scale);
       }
-    } else if (float_rows) {
+    } else if (real_rows) {
       apply_group<KT, M, Real>(rewards, a, o, stats, table.kappa[g], begin, end, advantages, keep, query_scale);
     } else {
       apply_group<KT, M, double>(rewards, a, o, stats, table.kappa[g], begin, end, advantages, keep, query_scale);
@@ -158,33 +179,111 @@ void apply_groups(const scalar_t* rewards, const ApplyArgs& a, const GroupTable&
   }
 }
 
+// A shuffled layout's affine groups as a table: per group, the coefficients
+// c_k then the means mu_k in the per-row real type (zeros for the other
+// groups, whose rows apply_groups rewrites). Returns how many groups are affine.
+template <int KT, Columns M, typename Real>
+int64_t affine_table(const ApplyArgs& a, const GroupTable& table, int64_t g0, int64_t g1, Real* entries) {
+  constexpr int N = local_size<KT>();
+  const int K = KT > 0 ? KT : a.K;
+  int64_t affine = 0;
+  for (int64_t g = g0; g < g1; ++g) {
+    Real* entry = entries + g * 2 * K;
+    if (!affine_group<M, Real>(a, table, g)) {
+      std::fill(entry, entry + 2 * K, Real(0));
+      continue;
+    }
+    const GroupRef stats = table.ref(g);
+    double coef[N];
+    complete_coefficients<KT, M>(a, stats, coef);
+    for (int k = 0; k < K; ++k) {
+      entry[k] = static_cast<Real>(coef[k]);
+      entry[K + k] = static_cast<Real>(stats.mean[k]);
+    }
+    ++affine;
+  }
+  return affine;
+}
+
+// Input rows [j0, j1) in input order, each from its group's table entry: the
+// same arithmetic as apply_complete_group, with sequential writes instead of
+// a scatter. Rows of groups that are not affine get values apply_groups replaces.
+template <int KT, typename Real, typename scalar_t>
+void apply_rows_in_input_order(const scalar_t* rewards, const ApplyArgs& a, const Real* entries, int64_t j0, int64_t j1,
+                               float* advantages, bool* keep, float* query_scale) {
+  const int K = KT > 0 ? KT : a.K;
+  const int64_t* group = a.layout->group_of_row();
+  const Real shift = static_cast<Real>(a.shift), factor = static_cast<Real>(a.scale);
+  for (int64_t j = j0; j < j1; ++j) {
+    const Real* entry = entries + group[j] * 2 * K;
+    Real s = Real(0);
+    for (int k = 0; k < K; ++k) s += entry[k] * (static_cast<Real>(rewards[j * K + k]) - entry[K + k]);
+    advantages[j] = static_cast<float>((s - shift) * factor);
+  }
+  std::fill(keep + j0, keep + j1, true);
+  std::fill(query_scale + j0, query_scale + j1, 1.0f);
+}
+
+// Rows per chunk of the input-order pass.
+constexpr int64_t kApplyRowsPerChunk = 16384;
+
+// rewards: in group order; input_rewards: the same rows in input order.
 template <typename Real, typename scalar_t>
-void apply_in(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, float* advantages, bool* keep,
-              float* query_scale) {
-  const int64_t n = a.layout->num_rows();
+void apply_in(const scalar_t* rewards, const scalar_t* input_rewards, const ApplyArgs& a, const GroupTable& table,
+              float* advantages, bool* keep, float* query_scale) {
+  const int64_t n = a.layout->num_rows(), groups = a.layout->num_groups();
   const int64_t bytes = n * (a.K * static_cast<int64_t>(sizeof(scalar_t)) + 9);
   dispatch_reward_count(a.K, [&](auto kt) {
     constexpr int KT = decltype(kt)::value;
     auto run = [&](auto mode) {
-      for_each_chunk(a.layout->num_groups(), bytes, [&](int64_t, int64_t g0, int64_t g1) {
-        with_cpu_isa([&] {
-          apply_groups<KT, decltype(mode)::value, Real>(rewards, a, table, g0, g1, advantages, keep, query_scale);
+      constexpr Columns M = decltype(mode)::value;
+      auto in_group_order = [&](bool skip_affine) {
+        for_each_chunk(groups, bytes, [&](int64_t, int64_t g0, int64_t g1) {
+          with_cpu_isa([&] {
+            apply_groups<KT, M, Real>(rewards, a, table, g0, g1, skip_affine, advantages, keep, query_scale);
+          });
         });
-      });
+      };
+      if (!a.layout->sorted()) return in_group_order(false);
+      // A shuffled layout: rows of affine groups in input order, the rest in group order.
+      Real* entries = thread_storage<Real, kAffineTable>(groups * 2 * a.K);
+      std::vector<int64_t> affine(num_chunks(groups), 0);
+      for_each_chunk(
+          groups, groups * 2 * a.K * static_cast<int64_t>(sizeof(Real)),
+          [&](int64_t c, int64_t g0, int64_t g1) { affine[c] = affine_table<KT, M, Real>(a, table, g0, g1, entries); });
+      const int64_t affine_groups = std::accumulate(affine.begin(), affine.end(), int64_t{0});
+      if (2 * affine_groups < groups) return in_group_order(false);
+      const int64_t row_bytes = n * (a.K * static_cast<int64_t>(sizeof(scalar_t)) + 8 + 9);
+      for_each_chunk(
+          n, row_bytes,
+          [&](int64_t, int64_t j0, int64_t j1) {
+            with_cpu_isa([&] {
+              apply_rows_in_input_order<KT, Real>(input_rewards, a, entries, j0, j1, advantages, keep, query_scale);
+            });
+          },
+          kApplyRowsPerChunk);
+      if (affine_groups < groups) in_group_order(true);
     };
     dispatch_columns(*a.options, run);
   });
 }
 
 template <typename scalar_t>
-void apply(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, float* advantages, bool* keep,
-           float* query_scale) {
+void apply(const scalar_t* rewards, const scalar_t* input_rewards, const ApplyArgs& a, const GroupTable& table,
+           float* advantages, bool* keep, float* query_scale) {
   // GD2PO's keep flag depends on the signs of A_jk: kept in double (accumulate.h).
   if (a.options->drops_conflicts()) {
-    apply_in<double>(rewards, a, table, advantages, keep, query_scale);
+    apply_in<double>(rewards, input_rewards, a, table, advantages, keep, query_scale);
   } else {
-    apply_in<row_real_t<scalar_t>>(rewards, a, table, advantages, keep, query_scale);
+    apply_in<row_real_t<scalar_t>>(rewards, input_rewards, a, table, advantages, keep, query_scale);
   }
 }
+
+#define DARA_APPLY(T)                                                                                  \
+  void apply<T>(const T* rewards, const T* input_rewards, const ApplyArgs& a, const GroupTable& table, \
+                float* advantages, bool* keep, float* query_scale);
+#define DARA_EXTERN_APPLY(T) extern template DARA_APPLY(T)
+DARA_REWARD_TYPES(DARA_EXTERN_APPLY)
+#undef DARA_EXTERN_APPLY
 
 }  // namespace dara

@@ -27,6 +27,9 @@ struct ChunkSums {
   double cross[N * N] = {}, token_cross[N * N] = {};
   double max_reward[N], max_negated_reward[N];
   double groups = 0.0, rows = 0.0, token_total = 0.0;
+  // A group's sum over its present entries was +-Inf or NaN: an infinite
+  // reward, or a sum that overflowed. Not part of the accumulators.
+  bool nonfinite = false;
 
   ChunkSums() {
     for (int k = 0; k < N; ++k) max_reward[k] = max_negated_reward[k] = -std::numeric_limits<double>::infinity();

@@ -22,6 +22,7 @@
 #include "group_layout.h"
 #include "group_table.h"
 #include "reward_count.h"
+#include "thread_storage.h"
 
 namespace dara {
 
@@ -61,54 +62,75 @@ inline void zero(T* m, int rows, int cols, int stride) {
   }
 }
 
+// Rows [b0, b1) of K = 3 or 4 float rewards, two rows per 32-byte vector
+// (one per 16-byte half, a K = 3 row padded with a zero): each pair is a
+// subtract and K multiply-adds with a lane broadcast, and each sum has half as
+// many dependent additions as with a row at a time. (The compiler's own
+// vectorisation of the generic loop shuffles across lanes instead.) An odd
+// last row is paired with the shift itself, which adds zeros. Sums and the
+// full square go to bs and bP (row stride K).
+template <int K>
+void paired_row_moments(const float* rewards, int64_t b0, int64_t b1, const float* shift, float* bs, float* bP) {
+  static_assert(K == 3 || K == 4);
+  typedef float v8 __attribute__((vector_size(32)));
+  typedef int32_t i8 __attribute__((vector_size(32)));
+  const float s3 = K == 4 ? shift[K - 1] : 0.0f;
+  const v8 sh = {shift[0], shift[1], shift[2], s3, shift[0], shift[1], shift[2], s3};
+  // A K = 3 pair is built from its six values: copying 12-byte rows into a
+  // vector goes through the stack and stalls on store forwarding.
+  auto load_pair = [](const float* r) {
+    v8 x;
+    if constexpr (K == 4) {
+      std::memcpy(&x, r, sizeof(v8));
+    } else {
+      x = v8{r[0], r[1], r[2], 0.0f, r[3], r[4], r[5], 0.0f};
+    }
+    return x;
+  };
+  auto load_last = [&](const float* r) {
+    v8 x = sh;
+    if constexpr (K == 4) {
+      std::memcpy(&x, r, sizeof(v8) / 2);
+    } else {
+      x = v8{r[0], r[1], r[2], 0.0f, shift[0], shift[1], shift[2], 0.0f};
+    }
+    return x;
+  };
+  v8 sum = {}, p0 = {}, p1 = {}, p2 = {}, p3 = {};
+  auto add = [&](v8 x) {
+    x -= sh;
+    sum += x;
+    p0 += x * __builtin_shuffle(x, i8{0, 0, 0, 0, 4, 4, 4, 4});
+    p1 += x * __builtin_shuffle(x, i8{1, 1, 1, 1, 5, 5, 5, 5});
+    p2 += x * __builtin_shuffle(x, i8{2, 2, 2, 2, 6, 6, 6, 6});
+    if constexpr (K == 4) p3 += x * __builtin_shuffle(x, i8{3, 3, 3, 3, 7, 7, 7, 7});
+  };
+  int64_t row = b0;
+  for (; row + 2 <= b1; row += 2) add(load_pair(rewards + row * K));
+  if (row < b1) add(load_last(rewards + row * K));
+  // The two rows' halves added, then stored lane by lane (not memcpy: taking
+  // an accumulator's address would keep it in memory through the loop).
+  typedef float v4 __attribute__((vector_size(16)));
+  auto fold = [](v8 v) {
+    return __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
+  };
+  const v4 s4 = fold(sum), q0 = fold(p0), q1 = fold(p1), q2 = fold(p2), q3 = fold(p3);
+  for (int k = 0; k < K; ++k) {
+    bs[k] = s4[k];
+    bP[k] = q0[k];
+    bP[K + k] = q1[k];
+    bP[2 * K + k] = q2[k];
+    if constexpr (K == 4) bP[3 * K + k] = q3[k];
+  }
+}
+
 // Sums over rows [b0, b1) of x = row - shift and of the full square x x^T
-// (row stride N), in the per-row real type; with weights, both weighted.
+// (row stride N), in the per-row real type.
 template <int KT, typename Real, typename scalar_t>
 void block_moments(const scalar_t* rewards, int K, int64_t b0, int64_t b1, const Real* shift, Real* bs, Real* bP) {
   constexpr int N = local_size<KT>();
-  if constexpr (KT == 4 && std::is_same_v<Real, float> && std::is_same_v<scalar_t, float>) {
-    // Two rows of four float rewards are one 32-byte vector: each pair of rows
-    // is a load, a subtract and four multiply-adds with a lane broadcast (the
-    // compiler's own vectorisation of the loops below shuffles across lanes).
-    // An odd last row is paired with the shift itself, which adds zeros.
-    typedef float v8 __attribute__((vector_size(32)));
-    typedef int32_t i8 __attribute__((vector_size(32)));
-    const v8 sh = {shift[0], shift[1], shift[2], shift[3], shift[0], shift[1], shift[2], shift[3]};
-    v8 sum = {}, p0 = {}, p1 = {}, p2 = {}, p3 = {};
-    auto add = [&](v8 x) {
-      x -= sh;
-      sum += x;
-      p0 += x * __builtin_shuffle(x, i8{0, 0, 0, 0, 4, 4, 4, 4});
-      p1 += x * __builtin_shuffle(x, i8{1, 1, 1, 1, 5, 5, 5, 5});
-      p2 += x * __builtin_shuffle(x, i8{2, 2, 2, 2, 6, 6, 6, 6});
-      p3 += x * __builtin_shuffle(x, i8{3, 3, 3, 3, 7, 7, 7, 7});
-    };
-    int64_t p = b0;
-    for (; p + 2 <= b1; p += 2) {
-      v8 x;
-      std::memcpy(&x, rewards + p * 4, sizeof(v8));
-      add(x);
-    }
-    if (p < b1) {
-      v8 x = sh;
-      std::memcpy(&x, rewards + p * 4, sizeof(v8) / 2);
-      add(x);
-    }
-    // The two rows' halves added as vectors, then stored lane by lane (not
-    // memcpy: taking an accumulator's address would keep it in memory
-    // through the loop).
-    typedef float v4 __attribute__((vector_size(16)));
-    auto fold = [](v8 v) {
-      return __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
-    };
-    const v4 s4 = fold(sum), q0 = fold(p0), q1 = fold(p1), q2 = fold(p2), q3 = fold(p3);
-    for (int k = 0; k < 4; ++k) {
-      bs[k] = s4[k];
-      bP[k] = q0[k];
-      bP[4 + k] = q1[k];
-      bP[8 + k] = q2[k];
-      bP[12 + k] = q3[k];
-    }
+  if constexpr ((KT == 3 || KT == 4) && std::is_same_v<Real, float> && std::is_same_v<scalar_t, float>) {
+    paired_row_moments<KT>(rewards, b0, b1, shift, bs, bP);
   } else {
     if constexpr (KT > 0) K = KT;
     zero(bs, 1, K, N);
@@ -156,15 +178,16 @@ class CompleteBatch {
         slots_(3 * K_ + pairs_ + (tokens ? K_ + pairs_ + 1 : 0) + 1),
         capacity_(
             std::clamp<int64_t>(kBatchDoubles / (slots_ + kWorkPerReward * K_ + kWorkSingles), 1, kMaxBatchGroups)),
-        moments_(slots_ * capacity_),
-        work_((kWorkPerReward * K_ + kWorkSingles) * capacity_),
-        groups_(capacity_) {}
+        moments_(thread_storage<double, kBatchMoments>((slots_ + kWorkPerReward * K_ + kWorkSingles) * capacity_)),
+        work_(moments_ + slots_ * capacity_),
+        groups_(thread_storage<int64_t, kBatchGroups>(capacity_)) {}
 
   bool full() const { return size_ == capacity_; }
   bool empty() const { return size_ == 0; }
 
   // Reads group g's rows [begin, end) (rewards in group order). Returns false,
-  // keeping nothing, when the group holds a NaN.
+  // keeping nothing, when the group holds a NaN or an infinite value (its
+  // sums are then not finite), which the general path handles or reports.
   template <typename scalar_t>
   bool add(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, int64_t begin, int64_t end) {
     using Real = row_real_t<scalar_t>;
@@ -179,7 +202,7 @@ class CompleteBatch {
       Real bs[N], bP[N * N];
       block_moments<KT>(rewards, K, begin, end, row_shift, bs, bP);
       for (int k = 0; k < K; ++k) {
-        if (!(bs[k] == bs[k])) return false;
+        if (!(bs[k] - bs[k] == Real(0))) return false;
       }
       store(i, g, end - begin, row_shift, bs, bP);
       return true;
@@ -219,7 +242,7 @@ class CompleteBatch {
       }
     }
     for (int k = 0; k < K; ++k) {
-      if (!(s[k] == s[k])) return false;
+      if (!(s[k] - s[k] == 0.0)) return false;
     }
     store(i, g, end - begin, row_shift, s, P);
     if (tokens_) {
@@ -339,8 +362,8 @@ class CompleteBatch {
     }
     return 0;
   }
-  double* at(Slot slot, int index) { return moments_.data() + (offset(slot) + index) * capacity_; }
-  double* work(int slot) { return work_.data() + slot * capacity_; }
+  double* at(Slot slot, int index) { return moments_ + (offset(slot) + index) * capacity_; }
+  double* work(int slot) { return work_ + slot * capacity_; }
   int pair(int c, int e) const {  // upper-triangle index of (c, e)
     if (c > e) std::swap(c, e);
     return c * K_ - c * (c - 1) / 2 + (e - c);
@@ -435,8 +458,8 @@ class CompleteBatch {
   int K_, pairs_;
   bool tokens_;
   int64_t slots_, capacity_;
-  std::vector<double> moments_, work_;
-  std::vector<int64_t> groups_;
+  double *moments_, *work_;
+  int64_t* groups_;
   int64_t size_ = 0;
 };
 

@@ -2,8 +2,50 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
+
+#include "chunks.h"
+#include "row_copy.h"
 
 namespace dara {
+namespace {
+
+// Rows a sort slice holds at least: fewer would not repay a thread's start.
+constexpr int64_t kRowsPerSortSlice = 8192;
+
+// Memory one sort moves per row: the id read twice, the row number and the
+// group number written, the copied row read and written.
+int64_t sort_bytes(int64_t n, const RowCopy& copy) { return n * (4 * 8 + 2 * copy.row_bytes); }
+
+int sort_slices(int64_t n, const RowCopy& copy) {
+  return threads_for(sort_bytes(n, copy), num_chunks(n, kRowsPerSortSlice));
+}
+
+// body(slice, first, last) over `slices` equal ranges of [0, n), one thread
+// each. A stable sort's result does not depend on the slicing, so it is the
+// same for any thread count.
+template <typename F>
+void for_each_slice(int64_t n, int slices, const F& body) {
+  const int64_t per = (n + slices - 1) / slices;
+#pragma omp parallel for schedule(static, 1) num_threads(slices) if (slices > 1)
+  for (int s = 0; s < slices; ++s) body(s, std::min(n, s * per), std::min(n, (s + 1) * per));
+}
+
+std::pair<int64_t, int64_t> id_range(const int64_t* ids, int64_t n, int slices) {
+  std::vector<int64_t> lo(slices, ids[0]), hi(slices, ids[0]);
+  for_each_slice(n, slices, [&](int s, int64_t j0, int64_t j1) {
+    int64_t a = ids[0], b = ids[0];
+    for (int64_t j = j0; j < j1; ++j) {
+      a = std::min(a, ids[j]);
+      b = std::max(b, ids[j]);
+    }
+    lo[s] = a;
+    hi[s] = b;
+  });
+  return {*std::min_element(lo.begin(), lo.end()), *std::max_element(hi.begin(), hi.end())};
+}
+
+}  // namespace
 
 GroupLayout GroupLayout::contiguous(int64_t num_rows, int64_t group_size) {
   GroupLayout layout;
@@ -12,40 +54,83 @@ GroupLayout GroupLayout::contiguous(int64_t num_rows, int64_t group_size) {
   return layout;
 }
 
-GroupLayout GroupLayout::from_ids(const int64_t* ids, int64_t num_rows) {
+GroupLayout GroupLayout::from_ids(const int64_t* ids, int64_t num_rows, const RowCopy& copy) {
   GroupLayout layout;
   layout.csr_ = true;
   layout.rows_.resize(num_rows);
+  layout.group_of_row_.resize(num_rows);
   if (num_rows == 0) {
     layout.offsets_.assign(1, 0);
     return layout;
   }
-  auto [lo_it, hi_it] = std::minmax_element(ids, ids + num_rows);
-  const int64_t lo = *lo_it;
+  const auto [lo, hi] = id_range(ids, num_rows, sort_slices(num_rows, copy));
   // Unsigned arithmetic: ids may span the whole int64 range.
-  const uint64_t span = static_cast<uint64_t>(*hi_it) - static_cast<uint64_t>(lo);
-
+  const uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
   if (span < static_cast<uint64_t>(2 * num_rows + 1024)) {
-    std::vector<int64_t> start(span + 2, 0);
-    for (int64_t j = 0; j < num_rows; ++j) ++start[ids[j] - lo + 1];
-    for (uint64_t v = 0; v <= span; ++v) start[v + 1] += start[v];
-    layout.offsets_.reserve(num_rows + 1);
-    for (uint64_t v = 0; v <= span; ++v) {
-      if (start[v + 1] > start[v]) layout.offsets_.push_back(start[v]);
-    }
-    layout.offsets_.push_back(num_rows);
-    for (int64_t j = 0; j < num_rows; ++j) layout.rows_[start[ids[j] - lo]++] = j;
+    layout.count_sort(ids, lo, span, copy);
   } else {
-    std::iota(layout.rows_.begin(), layout.rows_.end(), 0);
-    std::stable_sort(layout.rows_.begin(), layout.rows_.end(), [ids](int64_t a, int64_t b) { return ids[a] < ids[b]; });
-    layout.offsets_.push_back(0);
-    for (int64_t p = 1; p < num_rows; ++p) {
-      if (ids[layout.rows_[p]] != ids[layout.rows_[p - 1]]) layout.offsets_.push_back(p);
-    }
-    layout.offsets_.push_back(num_rows);
+    layout.stable_sort(ids, copy);
   }
   layout.num_groups_ = static_cast<int64_t>(layout.offsets_.size()) - 1;
   return layout;
+}
+
+// Each slice counts its ids; one pass over the values turns the counts into
+// each (value, slice)'s first position and numbers the groups; each slice
+// then scatters its rows, which keeps them in input order within a group.
+void GroupLayout::count_sort(const int64_t* ids, int64_t lo, uint64_t span, const RowCopy& copy) {
+  const int64_t n = static_cast<int64_t>(rows_.size());
+  const int slices = sort_slices(n, copy);
+  const int64_t values = static_cast<int64_t>(span) + 1;
+  std::vector<int64_t> start(slices * values, 0), group_of_value(values);
+  for_each_slice(n, slices, [&](int s, int64_t j0, int64_t j1) {
+    int64_t* count = start.data() + s * values;
+    for (int64_t j = j0; j < j1; ++j) ++count[ids[j] - lo];
+  });
+  offsets_.reserve(std::min<int64_t>(values, n) + 1);
+  int64_t position = 0;
+  for (int64_t v = 0; v < values; ++v) {
+    const int64_t first = position;
+    for (int s = 0; s < slices; ++s) position += std::exchange(start[s * values + v], position);
+    if (position > first) {
+      group_of_value[v] = static_cast<int64_t>(offsets_.size());
+      offsets_.push_back(first);
+    }
+  }
+  offsets_.push_back(n);
+  dispatch_row_bytes(copy.row_bytes, [&](auto row_bytes) {
+    constexpr int64_t B = decltype(row_bytes)::value;
+    for_each_slice(n, slices, [&](int s, int64_t j0, int64_t j1) {
+      int64_t* next = start.data() + s * values;
+      for (int64_t j = j0; j < j1; ++j) {
+        const int64_t v = ids[j] - lo;
+        const int64_t p = next[v]++;
+        rows_[p] = j;
+        group_of_row_[j] = group_of_value[v];
+        if (copy.dst) copy_row<B>(copy.src, j, copy.dst, p, copy.row_bytes);
+      }
+    });
+  });
+}
+
+void GroupLayout::stable_sort(const int64_t* ids, const RowCopy& copy) {
+  const int64_t n = static_cast<int64_t>(rows_.size());
+  std::iota(rows_.begin(), rows_.end(), 0);
+  std::stable_sort(rows_.begin(), rows_.end(), [ids](int64_t a, int64_t b) { return ids[a] < ids[b]; });
+  offsets_.push_back(0);
+  group_of_row_[rows_[0]] = 0;
+  for (int64_t p = 1; p < n; ++p) {
+    if (ids[rows_[p]] != ids[rows_[p - 1]]) offsets_.push_back(p);
+    group_of_row_[rows_[p]] = static_cast<int64_t>(offsets_.size()) - 1;
+  }
+  offsets_.push_back(n);
+  if (!copy.dst) return;
+  dispatch_row_bytes(copy.row_bytes, [&](auto row_bytes) {
+    constexpr int64_t B = decltype(row_bytes)::value;
+    for_each_slice(n, sort_slices(n, copy), [&](int, int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) copy_row<B>(copy.src, rows_[p], copy.dst, p, copy.row_bytes);
+    });
+  });
 }
 
 }  // namespace dara

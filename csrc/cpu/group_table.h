@@ -11,6 +11,7 @@
 
 #include "../core/row_signal.h"
 #include "../core/wire.h"
+#include "thread_storage.h"
 
 namespace dara {
 
@@ -23,18 +24,13 @@ struct GroupTable {
     const int64_t per_reward = num_groups * num_rewards;
     const int64_t weights = o.group_weighted() ? per_reward : 0;
     const int64_t summed = o.combined_column() ? num_groups : 0;
-    thread_local std::vector<double> values;
-    thread_local std::vector<uint8_t> flags;
-    const size_t need = static_cast<size_t>(2 * per_reward + weights + 2 * summed + num_groups);
-    if (values.size() < need) values.resize(need);
-    if (flags.size() < static_cast<size_t>(num_groups)) flags.resize(num_groups);
-    mean = values.data();
+    mean = thread_storage<double, kTableValues>(2 * per_reward + weights + 2 * summed + num_groups);
     scale = mean + per_reward;
     weight = weights ? scale + per_reward : nullptr;
     sum_mean = summed ? scale + per_reward + weights : nullptr;
     sum_scale = summed ? sum_mean + summed : nullptr;
     kappa = scale + per_reward + weights + 2 * summed;
-    complete = flags.data();
+    complete = thread_storage<uint8_t, kTableFlags>(num_groups);
   }
 
   GroupRef ref(int64_t g) const {

@@ -42,9 +42,15 @@ def configure(**options) -> None:
 
 
 def group_ids(index) -> torch.Tensor:
-    """uid strings (or any hashables) to int64 group ids, vectorised."""
-    _, inverse = np.unique(np.asarray(index), return_inverse=True)
-    return torch.from_numpy(inverse.astype(np.int64))
+    """uid strings (or any hashables) to int64 group ids, numbered in order of
+    first appearance. One dict lookup per row: sorting the strings, as
+    np.unique does, costs about ten times as much for a verl batch."""
+    values = np.asarray(index)
+    if values.dtype.kind in "iu":
+        return torch.from_numpy(values.astype(np.int64))
+    numbers: dict = {}
+    return torch.from_numpy(np.fromiter((numbers.setdefault(u, len(numbers)) for u in values.tolist()),
+                                        dtype=np.int64, count=len(values)))
 
 
 def _components(config, token_level_rewards: torch.Tensor):

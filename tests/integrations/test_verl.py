@@ -81,6 +81,7 @@ def test_verl_estimators_untouched(estimator):
     assert torch.equal(unwrapped.batch["advantages"], wrapped.batch["advantages"])
 
 
-def test_group_ids_vectorised():
+def test_group_ids_number_uids_by_first_appearance():
     ids = dara_verl.group_ids(np.array(["b", "a", "b", "c"], dtype=object))
-    assert ids.tolist() == [1, 0, 1, 2]
+    assert ids.dtype == torch.int64 and ids.tolist() == [0, 1, 0, 2]
+    assert dara_verl.group_ids(np.array([7, 3, 7], dtype=np.int32)).tolist() == [7, 3, 7]

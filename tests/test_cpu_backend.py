@@ -122,13 +122,16 @@ def test_bitwise_identical_for_any_thread_count(rows):
             assert torch.equal(getattr(one, name), getattr(many, name)), name
 
 
-@pytest.mark.parametrize("group_size", [2, 16, 33, 100])
+@pytest.mark.parametrize("group_size", [1, 2, 16, 33, 100])
 @pytest.mark.parametrize("method", ["dara", "grpo", "dvao"])
-def test_four_float_rewards_complete_groups(method, group_size):
-    """K = 4 float32 without missing entries takes the 16-byte vector moments path;
-    groups past 32 rows cross a float block boundary."""
+@pytest.mark.parametrize("k", [3, 4])
+def test_three_and_four_float_rewards_complete_groups(k, method, group_size):
+    """K = 3 or 4 float32 without missing entries takes the paired-row vector
+    moments path (an odd group ends on a half-filled pair); groups past 32 rows
+    cross a float block boundary."""
     gen = torch.Generator().manual_seed(group_size)
-    rewards = torch.randn(group_size * 40, 4, generator=gen) * torch.tensor([1.0, 0.1, 3.0, 0.5]) + 2.0
+    scales = torch.tensor([1.0, 0.1, 3.0, 0.5])[:k]
+    rewards = torch.randn(group_size * 40, k, generator=gen) * scales + 2.0
     mask = torch.rand(group_size * 40, 9, generator=gen) < 0.7
     for kw in (dict(), dict(preset="verl", response_mask=mask)):
         ref = dk.fused_advantage(rewards, group_size, method=method, backend="reference", **kw)
@@ -143,3 +146,66 @@ def test_dropped_rows_stay_zero_when_the_batch_scale_is_infinite():
     ref = dk.fused_advantage(rewards, 2, method="gd2po_hard", bn_eps=0.0, backend="reference")
     assert not out.keep.any()
     assert torch.equal(out.advantages, torch.zeros(4)) and torch.equal(ref.advantages, torch.zeros(4))
+
+
+def _with_inf(rewards: torch.Tensor, *cells) -> torch.Tensor:
+    rewards = rewards.clone()
+    for (row, col), value in zip(cells, (float("inf"), float("-inf"))):
+        rewards[row, col] = value
+    return rewards
+
+
+@pytest.mark.parametrize("nan_row", [None, 5], ids=["complete", "with-nan"])
+@pytest.mark.parametrize("method", ["dara", "gd2po_hard"])
+@pytest.mark.parametrize("layout", ["fixed", "shuffled"])
+def test_kernel_reports_the_first_inf_in_input_order(layout, method, nan_row):
+    """The kernel finds +-Inf through its group sums (a complete group's, or the
+    general path's for a group with NaN or dropped rows) and names the first one."""
+    gen = torch.Generator().manual_seed(4)
+    rewards = torch.rand(64, 3, generator=gen)
+    if nan_row is not None:
+        rewards[nan_row, 0] = float("nan")
+    layout_kw = dict(group_size=8) if layout == "fixed" else dict(group_index=torch.randperm(64, generator=gen) // 8)
+    bad = _with_inf(rewards, (41, 2), (6, 1))
+    with pytest.raises(ValueError, match=r"rewards contains \+-Inf at index \(6, 1\)"):
+        dk.fused_advantage(bad, method=method, backend="cpu", **layout_kw)
+    dk.fused_advantage(bad, method=method, backend="cpu", validate=False, **layout_kw)
+
+
+def test_overflowing_finite_sums_are_not_taken_for_inf():
+    rewards = torch.tensor([[1.5e308, 0.0], [1.7e308, 1.0], [0.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    out = dk.fused_advantage(rewards, 2, method="gdpo", backend="cpu")
+    assert out.advantages.shape == (4,)
+
+
+def test_token_output_buffers_are_recycled_only_once_freed():
+    """A call's token output keeps its values while a later call runs; a freed
+    buffer serves the next call of its size with fresh values."""
+    case = make_case(6, "shuffled", 3, shape=(97,))
+    gen = torch.Generator().manual_seed(3)
+    masks = [torch.rand(97, 300, generator=gen) < p for p in (0.3, 0.8)]
+    def call(mask):
+        return dk.fused_advantage(case.rewards, method="gdpo", preset="verl", response_mask=mask, backend="cpu",
+                                  **case.layout).token_advantages
+    first = call(masks[0])
+    kept = first.clone()
+    second = call(masks[1])
+    assert torch.equal(first, kept)
+    expected = second.clone()
+    del first, second
+    assert torch.equal(call(masks[0]), kept) and torch.equal(call(masks[1]), expected)
+
+
+def test_shuffled_layout_mixes_input_order_and_group_order_rows():
+    """Affine groups are written in input order; groups with a NaN, or with a
+    mean too far from their spread for float rows, in group order."""
+    gen = torch.Generator().manual_seed(12)
+    rows, group = 4096, 8
+    rewards = torch.randn(rows, 4, generator=gen)
+    ids = torch.randperm(rows, generator=gen) // group
+    rewards[ids == 3, 1] = float("nan")
+    rewards[ids == 7] += 1e4
+    for method in ("dara", "grpo", "dvao"):
+        ref = dk.fused_advantage(rewards, group_index=ids, method=method, backend="reference")
+        out = dk.fused_advantage(rewards, group_index=ids, method=method, backend="cpu")
+        assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], method)

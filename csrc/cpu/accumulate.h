@@ -1,6 +1,7 @@
 // Accumulate: one pass over the groups. `rewards` are in group order (the
 // caller gathers them once for a group_index layout): position p holds input
-// row layout.row(p), which is where per-row inputs and outputs live. Complete
+// row layout.row(p), where the token weights live (the caller builds the
+// layout's rows when there are token weights). Complete
 // groups go through complete_groups.h; a group with missing entries or dropped
 // rows is read while in cache for its statistics (docs/spec.md#group-statistics),
 // then once more to add its rows to the batch accumulators (AccumulatorLayout).
@@ -137,7 +138,6 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
   Real reward_a[N], column_a[N] = {};  // C > 1 means row_signal fills every column
   double kept = 0.0;
   for (int64_t p = begin; p < end; ++p) {
-    const int64_t j = layout.row(p);
     const RowSignal rs = row_signal<KT>(load_row<KT>(rewards + p * K, K, row), K, o, base, group, reward_a, column_a);
     for (int k = 0; k < K; ++k) sums.energy[k] += static_cast<double>(reward_a[k] * reward_a[k]);
     kept += rs.keep ? 1.0 : 0.0;
@@ -150,7 +150,7 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
       for (int e = c; e < C; ++e) sums.cross[c * C + e] += col[c] * col[e];
     }
     if (a.token_weights) {
-      const double w = a.token_weights[j];
+      const double w = a.token_weights[layout.row(p)];
       sums.token_total += w;
       for (int c = 0; c < C; ++c) {
         sums.token_signal[c] += w * col[c];

@@ -87,6 +87,7 @@ AccumulateArgs accumulate_args(const Problem& p) {
 
 // Returns whether some group's sum was not finite.
 bool run_accumulate(const Problem& p, GroupTable& table, at::Tensor& acc, at::Tensor& extrema) {
+  if (p.token_weights.defined()) p.layout.ensure_rows();
   bool nonfinite = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.rewards.scalar_type(), "dara_accumulate", [&] {
     nonfinite = accumulate(p.rewards.data_ptr<scalar_t>(), accumulate_args(p), table, p.L, acc.data_ptr<double>(),

@@ -205,6 +205,9 @@ int64_t affine_table(const ApplyArgs& a, const GroupTable& table, int64_t g0, in
   return affine;
 }
 
+// How many rows ahead the input-order pass fetches table entries.
+constexpr int64_t kTablePrefetchRows = 32;
+
 // Input rows [j0, j1) in input order, each from its group's table entry: the
 // same arithmetic as apply_complete_group, with sequential writes instead of
 // a scatter. Rows of groups that are not affine get values apply_groups replaces.
@@ -215,6 +218,9 @@ void apply_rows_in_input_order(const scalar_t* rewards, const ApplyArgs& a, cons
   const int64_t* group = a.layout->group_of_row();
   const Real shift = static_cast<Real>(a.shift), factor = static_cast<Real>(a.scale);
   for (int64_t j = j0; j < j1; ++j) {
+    // The table (tens of bytes per group) outgrows the L2 cache at tens of
+    // thousands of groups: fetch a later row's entry while this one computes.
+    if (j + kTablePrefetchRows < j1) __builtin_prefetch(entries + group[j + kTablePrefetchRows] * 2 * K);
     const Real* entry = entries + group[j] * 2 * K;
     Real s = Real(0);
     for (int k = 0; k < K; ++k) s += entry[k] * (static_cast<Real>(rewards[j * K + k]) - entry[K + k]);
@@ -238,6 +244,7 @@ void apply_in(const scalar_t* rewards, const scalar_t* input_rewards, const Appl
     auto run = [&](auto mode) {
       constexpr Columns M = decltype(mode)::value;
       auto in_group_order = [&](bool skip_affine) {
+        a.layout->ensure_rows();
         for_each_chunk(groups, bytes, [&](int64_t, int64_t g0, int64_t g1) {
           with_cpu_isa([&] {
             apply_groups<KT, M, Real>(rewards, a, table, g0, g1, skip_affine, advantages, keep, query_scale);

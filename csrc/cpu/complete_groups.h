@@ -108,19 +108,21 @@ void paired_row_moments(const float* rewards, int64_t b0, int64_t b1, const floa
   int64_t row = b0;
   for (; row + 2 <= b1; row += 2) add(load_pair(rewards + row * K));
   if (row < b1) add(load_last(rewards + row * K));
-  // The two rows' halves added, then stored lane by lane (not memcpy: taking
-  // an accumulator's address would keep it in memory through the loop).
+  // The two rows' halves added. K = 4 rows are stored as whole vectors (a
+  // copy of the folded value, not of an accumulator, whose address taken
+  // would keep it in memory through the loop); K = 3 rows lane by lane.
   typedef float v4 __attribute__((vector_size(16)));
   auto fold = [](v8 v) {
     return __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
   };
-  const v4 s4 = fold(sum), q0 = fold(p0), q1 = fold(p1), q2 = fold(p2), q3 = fold(p3);
-  for (int k = 0; k < K; ++k) {
-    bs[k] = s4[k];
-    bP[k] = q0[k];
-    bP[K + k] = q1[k];
-    bP[2 * K + k] = q2[k];
-    if constexpr (K == 4) bP[3 * K + k] = q3[k];
+  const v4 folded[5] = {fold(sum), fold(p0), fold(p1), fold(p2), fold(p3)};
+  float* out[5] = {bs, bP, bP + K, bP + 2 * K, bP + 3 * K};
+  for (int v = 0; v <= K; ++v) {
+    if constexpr (K == 4) {
+      std::memcpy(out[v], &folded[v], sizeof(v4));
+    } else {
+      for (int k = 0; k < K; ++k) out[v][k] = folded[v][k];
+    }
   }
 }
 

@@ -57,7 +57,6 @@ GroupLayout GroupLayout::contiguous(int64_t num_rows, int64_t group_size) {
 GroupLayout GroupLayout::from_ids(const int64_t* ids, int64_t num_rows, const RowCopy& copy) {
   GroupLayout layout;
   layout.csr_ = true;
-  layout.rows_.resize(num_rows);
   layout.group_of_row_.resize(num_rows);
   if (num_rows == 0) {
     layout.offsets_.assign(1, 0);
@@ -77,9 +76,10 @@ GroupLayout GroupLayout::from_ids(const int64_t* ids, int64_t num_rows, const Ro
 
 // Each slice counts its ids; one pass over the values turns the counts into
 // each (value, slice)'s first position and numbers the groups; each slice
-// then scatters its rows, which keeps them in input order within a group.
+// then copies its rows to their positions, which keeps them in input order
+// within a group, and notes each row's group.
 void GroupLayout::count_sort(const int64_t* ids, int64_t lo, uint64_t span, const RowCopy& copy) {
-  const int64_t n = static_cast<int64_t>(rows_.size());
+  const int64_t n = static_cast<int64_t>(group_of_row_.size());
   const int slices = sort_slices(n, copy);
   const int64_t values = static_cast<int64_t>(span) + 1;
   std::vector<int64_t> start(slices * values, 0), group_of_value(values);
@@ -104,17 +104,16 @@ void GroupLayout::count_sort(const int64_t* ids, int64_t lo, uint64_t span, cons
       int64_t* next = start.data() + s * values;
       for (int64_t j = j0; j < j1; ++j) {
         const int64_t v = ids[j] - lo;
-        const int64_t p = next[v]++;
-        rows_[p] = j;
         group_of_row_[j] = group_of_value[v];
-        if (copy.dst) copy_row<B>(copy.src, j, copy.dst, p, copy.row_bytes);
+        if (copy.dst) copy_row<B>(copy.src, j, copy.dst, next[v]++, copy.row_bytes);
       }
     });
   });
 }
 
 void GroupLayout::stable_sort(const int64_t* ids, const RowCopy& copy) {
-  const int64_t n = static_cast<int64_t>(rows_.size());
+  const int64_t n = static_cast<int64_t>(group_of_row_.size());
+  rows_.resize(n);
   std::iota(rows_.begin(), rows_.end(), 0);
   std::stable_sort(rows_.begin(), rows_.end(), [ids](int64_t a, int64_t b) { return ids[a] < ids[b]; });
   offsets_.push_back(0);
@@ -131,6 +130,16 @@ void GroupLayout::stable_sort(const int64_t* ids, const RowCopy& copy) {
       for (int64_t p = p0; p < p1; ++p) copy_row<B>(copy.src, rows_[p], copy.dst, p, copy.row_bytes);
     });
   });
+}
+
+// The positions' input rows, from each row's group: rows keep their input
+// order within a group, as the sort placed them.
+void GroupLayout::ensure_rows() const {
+  if (!csr_ || !rows_.empty() || group_of_row_.empty()) return;
+  const int64_t n = static_cast<int64_t>(group_of_row_.size());
+  rows_.resize(n);
+  std::vector<int64_t> next(offsets_.begin(), offsets_.end() - 1);
+  for (int64_t j = 0; j < n; ++j) rows_[next[group_of_row_[j]]++] = j;
 }
 
 }  // namespace dara

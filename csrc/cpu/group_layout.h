@@ -23,10 +23,13 @@ class GroupLayout {
   static GroupLayout from_ids(const int64_t* ids, int64_t num_rows, const RowCopy& copy = {});
 
   int64_t num_groups() const { return num_groups_; }
-  int64_t num_rows() const { return csr_ ? static_cast<int64_t>(rows_.size()) : num_groups_ * group_size_; }
+  int64_t num_rows() const { return csr_ ? static_cast<int64_t>(group_of_row_.size()) : num_groups_ * group_size_; }
   int64_t begin(int64_t g) const { return csr_ ? offsets_[g] : g * group_size_; }
   int64_t end(int64_t g) const { return csr_ ? offsets_[g + 1] : (g + 1) * group_size_; }
+  // The input row at a position in group order. A CSR layout needs
+  // ensure_rows() first, called outside any parallel loop.
   int64_t row(int64_t position) const { return csr_ ? rows_[position] : position; }
+  void ensure_rows() const;
   bool sorted() const { return csr_; }
   // Input row j's group (CSR layouts only).
   const int64_t* group_of_row() const { return group_of_row_.data(); }
@@ -39,7 +42,10 @@ class GroupLayout {
   int64_t num_groups_ = 0;
   int64_t group_size_ = 0;
   std::vector<int64_t> offsets_;
-  std::vector<int64_t> rows_;
+  // Built only when a pass writes or reads per-row data in group order: the
+  // common shuffled call (complete groups, no token weights) never does, and
+  // the scatter that builds it costs as much as the sort's own.
+  mutable std::vector<int64_t> rows_;
   std::vector<int64_t> group_of_row_;
 };
 

@@ -259,6 +259,7 @@ void apply_in(const scalar_t* rewards, const scalar_t* input_rewards, const Appl
           groups, groups * 2 * a.K * static_cast<int64_t>(sizeof(Real)),
           [&](int64_t c, int64_t g0, int64_t g1) { affine[c] = affine_table<KT, M, Real>(a, table, g0, g1, entries); });
       const int64_t affine_groups = std::accumulate(affine.begin(), affine.end(), int64_t{0});
+      // Mostly non-affine groups: an input-order pass would write most rows twice.
       if (2 * affine_groups < groups) return in_group_order(false);
       const int64_t row_bytes = n * (a.K * static_cast<int64_t>(sizeof(scalar_t)) + 8 + 9);
       for_each_chunk(

@@ -42,7 +42,7 @@ setup() {
   local hash
   hash=$(cat setup.py pyproject.toml $(git ls-files -co --exclude-standard csrc dara_kernels trainer 2>/dev/null || find csrc dara_kernels trainer -type f) 2>/dev/null | sha256sum | cut -d' ' -f1)
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
-    log "building and installing dara-kernels in place (compiles the C++ extension, about a minute)"
+    log "building and installing dara-kernels in place (compiles the C++ extension: a few minutes on 2 cores)"
     # Editable: the extension lands beside the sources, so pytest and python -m
     # from the checkout import the same package the venv has.
     "$PY" -m pip install -q --no-build-isolation -e ".[test]"

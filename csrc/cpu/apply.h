@@ -161,12 +161,13 @@ void apply_groups(const scalar_t* rewards, const ApplyArgs& a, const GroupTable&
   for (int64_t g = g0; g < g1; ++g) {
     const GroupRef stats = table.ref(g);
     const bool real_rows = real_rows_suffice<M, Real>(a, stats);
-    if (skip_affine && real_rows && table.complete[g]) continue;
+    const bool affine = table.complete[g] && real_rows;  // as affine_group
+    if (skip_affine && affine) continue;
     const int64_t begin = a.layout->begin(g), end = a.layout->end(g);
     if (table.complete[g]) {
       double coef[local_size<KT>()];
       complete_coefficients<KT, M>(a, stats, coef);
-      if (real_rows) {
+      if (affine) {
         apply_complete_group<KT, Real>(rewards, a, stats, coef, begin, end, advantages, keep, query_scale);
       } else {
         apply_complete_group<KT, double>(rewards, a, stats, coef, begin, end, advantages, keep, query_scale);

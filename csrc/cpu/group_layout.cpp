@@ -13,9 +13,9 @@ namespace {
 // Rows a sort slice holds at least: fewer would not repay a thread's start.
 constexpr int64_t kRowsPerSortSlice = 8192;
 
-// Memory one sort moves per row: the id read twice, the row number and the
-// group number written, the copied row read and written.
-int64_t sort_bytes(int64_t n, const RowCopy& copy) { return n * (4 * 8 + 2 * copy.row_bytes); }
+// Memory one sort moves per row: the id read twice, the group number
+// written, the copied row read and written.
+int64_t sort_bytes(int64_t n, const RowCopy& copy) { return n * (3 * 8 + 2 * copy.row_bytes); }
 
 int sort_slices(int64_t n, const RowCopy& copy) {
   return threads_for(sort_bytes(n, copy), num_chunks(n, kRowsPerSortSlice));
@@ -105,7 +105,7 @@ void GroupLayout::count_sort(const int64_t* ids, int64_t lo, uint64_t span, cons
       for (int64_t j = j0; j < j1; ++j) {
         const int64_t v = ids[j] - lo;
         group_of_row_[j] = group_of_value[v];
-        if (copy.dst) copy_row<B>(copy.src, j, copy.dst, next[v]++, copy.row_bytes);
+        copy_row<B>(copy.src, j, copy.dst, next[v]++, copy.row_bytes);
       }
     });
   });
@@ -123,7 +123,6 @@ void GroupLayout::stable_sort(const int64_t* ids, const RowCopy& copy) {
     group_of_row_[rows_[p]] = static_cast<int64_t>(offsets_.size()) - 1;
   }
   offsets_.push_back(n);
-  if (!copy.dst) return;
   dispatch_row_bytes(copy.row_bytes, [&](auto row_bytes) {
     constexpr int64_t B = decltype(row_bytes)::value;
     for_each_slice(n, sort_slices(n, copy), [&](int, int64_t p0, int64_t p1) {

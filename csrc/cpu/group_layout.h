@@ -12,15 +12,15 @@ namespace dara {
 // Rows of a [N, row_bytes] array copied into group order while the layout is
 // built: the sort's scatter is then the only random access the rows see.
 struct RowCopy {
-  const char* src = nullptr;
-  int64_t row_bytes = 0;
-  char* dst = nullptr;
+  const char* src;
+  int64_t row_bytes;
+  char* dst;
 };
 
 class GroupLayout {
  public:
   static GroupLayout contiguous(int64_t num_rows, int64_t group_size);
-  static GroupLayout from_ids(const int64_t* ids, int64_t num_rows, const RowCopy& copy = {});
+  static GroupLayout from_ids(const int64_t* ids, int64_t num_rows, const RowCopy& copy);
 
   int64_t num_groups() const { return num_groups_; }
   int64_t num_rows() const { return csr_ ? static_cast<int64_t>(group_of_row_.size()) : num_groups_ * group_size_; }

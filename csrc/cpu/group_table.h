@@ -7,7 +7,6 @@
 // clears nor page-faults megabytes of table each time.
 #pragma once
 #include <cstdint>
-#include <vector>
 
 #include "../core/row_signal.h"
 #include "../core/wire.h"

@@ -186,8 +186,11 @@ def prepare_inputs(
     if batch_norm == "token" and mask is None and lengths is None:
         raise ValueError('batch_norm="token" needs response_mask or response_lengths for token weights')
 
-    if validate and n and not kernel_rejects_inf:
-        _finite_or_raise("rewards", rewards)
+    if validate and n:
+        # Under nan_policy="raise" the rewards are read here anyway, and an
+        # Inf is still reported before a NaN.
+        if not kernel_rejects_inf or nan_policy == "raise":
+            _finite_or_raise("rewards", rewards)
         if nan_policy == "raise" and torch.isnan(rewards).any():
             row, col = torch.nonzero(torch.isnan(rewards))[0].tolist()
             raise ValueError(f'rewards has NaN at row {row}, column {col} and nan_policy="raise"')

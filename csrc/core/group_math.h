@@ -17,46 +17,63 @@ struct ColumnStats {
   double active;  // 1 for an active pair, else 0: a number, since it is summed
 };
 
-// The pieces of a column's statistics. Each is selects between doubles, with
-// no branch and no boolean arithmetic, so the CPU kernel runs them across
-// groups in SIMD lanes (a division by a zero divisor is computed and then not
-// selected).
+// The options a column's statistics use, as doubles: the pieces below are
+// then selects between doubles, with no branch and no bool loads, so the CPU
+// kernel runs them across groups in SIMD lanes (a division by a zero divisor
+// is computed and then not selected).
+struct ColumnRule {
+  double singleton;     // the size of a group verl treats as a singleton (mean 0, std 1): 1, or -1 (none)
+  double unbiased;      // 1 for sigma with n - 1, else 0
+  double scale_by_std;  // 1 to divide by sigma + eps, else 0
+  double eps;
+  double active_tol;
+};
 
-// The size of a group that verl treats as a singleton (mean 0, std 1): 1
-// under singleton_verl, else -1, which no group has.
-DARA_HD double singleton_size(const Options& o) { return o.singleton_verl ? 1.0 : -1.0; }
-
-// sigma_gk from sum_sq_dev, the sum over valid entries of (r - mean)^2: 0
-// when n_gk < 2, 1 for a verl singleton.
-DARA_HD double column_std(double count, double sum_sq_dev, const Options& o) {
-  const double divisor = count - (o.unbiased ? 1.0 : 0.0);
-  const double spread = sqrt(count >= 2.0 ? sum_sq_dev / divisor : 0.0);
-  return count == singleton_size(o) ? 1.0 : spread;
+DARA_HD ColumnRule column_rule(const Options& o) {
+  return {o.singleton_verl ? 1.0 : -1.0, o.unbiased ? 1.0 : 0.0, o.scale_by_std ? 1.0 : 0.0, o.eps, o.active_tol};
 }
 
-// 1 for an active pair, else 0.
-DARA_HD double column_active(double count, double std, const Options& o) {
-  return count >= 2.0 ? (std > o.active_tol ? 1.0 : 0.0) : 0.0;
+// What the sum of squared deviations is divided by: n_gk, or n_gk - 1 unbiased.
+DARA_HD double variance_divisor(double count, const ColumnRule& r) { return count - r.unbiased; }
+
+// sqrt(sum_sq_dev / variance_divisor), 0 when n_gk < 2. Taking the variance
+// lets a caller that finishes many columns of one group divide once per
+// group, by a reciprocal.
+DARA_HD double column_spread(double count, double variance) { return sqrt(count >= 2.0 ? variance : 0.0); }
+
+// sigma_gk: the spread, or 1 for a verl singleton.
+DARA_HD double column_std(double count, double spread, const ColumnRule& r) {
+  return count == r.singleton ? 1.0 : spread;
+}
+
+// 1 for an active pair, else 0. A verl singleton is never active, so the
+// spread stands in for sigma (and the vectoriser sees one comparison, where
+// sigma's select would split it into a select of masks it cannot run).
+DARA_HD double column_active(double count, double spread, const ColumnRule& r) {
+  return count >= 2.0 && spread > r.active_tol ? 1.0 : 0.0;
 }
 
 // mu_gk as A_jk uses it: 0 for a verl singleton.
-DARA_HD double column_mean(double count, double mean, const Options& o) {
-  return count == singleton_size(o) ? 0.0 : mean;
-}
+DARA_HD double column_mean(double count, double mean, const ColumnRule& r) { return count == r.singleton ? 0.0 : mean; }
 
-// A_jk = (r_jk - mean) * scale: 0 for an inactive pair.
-DARA_HD double column_scale(double count, double std, const Options& o) {
-  const double used = o.scale_by_std ? 1.0 / (std + o.eps) : 1.0;
-  return count == singleton_size(o) ? used : (column_active(count, std, o) != 0.0 ? used : 0.0);
+// A_jk = (r_jk - mean) * scale: 0 unless the pair is active or a verl
+// singleton. The divisor is exactly sigma + eps, or 1 without scale_by_std:
+// arithmetic on the option, not a select on it, for the same reason.
+DARA_HD double column_scale(double count, double std, double active, const ColumnRule& r) {
+  const double used = 1.0 / (r.scale_by_std * (std + r.eps) + (1.0 - r.scale_by_std));
+  const double scaled = count == r.singleton ? 1.0 : active;
+  return scaled != 0.0 ? used : 0.0;
 }
 
 // mean = sum / count over the valid entries.
 DARA_HD ColumnStats finish_column(double count, double mean, double sum_sq_dev, const Options& o) {
+  const ColumnRule r = column_rule(o);
+  const double spread = column_spread(count, sum_sq_dev / variance_divisor(count, r));
   ColumnStats s;
-  s.std = column_std(count, sum_sq_dev, o);
-  s.active = column_active(count, s.std, o);
-  s.mean = column_mean(count, mean, o);
-  s.scale = column_scale(count, s.std, o);
+  s.std = column_std(count, spread, r);
+  s.active = column_active(count, spread, r);
+  s.mean = column_mean(count, mean, r);
+  s.scale = column_scale(count, s.std, s.active, r);
   return s;
 }
 

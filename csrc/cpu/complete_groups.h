@@ -147,21 +147,35 @@ void block_moments(const scalar_t* rewards, int K, int64_t b0, int64_t b1, const
   }
 }
 
+// Per group of a batch, the reciprocals of n_g and of the variance divisor,
+// shared by all K rewards: division is the slowest step of FinishReward.
+struct GroupReciprocals {
+  static void run(int64_t B, const ColumnRule r, const double* __restrict n, double* __restrict inv_n,
+                  double* __restrict inv_divisor) {
+    for (int64_t i = 0; i < B; ++i) {
+      inv_n[i] = 1.0 / n[i];
+      inv_divisor[i] = 1.0 / variance_divisor(n[i], r);
+    }
+  }
+};
+
 // One reward's statistics in every group of a batch. The arrays never
-// overlap (__restrict) and the options are a value, so the compiler runs the
-// loop in SIMD lanes (as a function of its own, see run_loop).
+// overlap (__restrict) and the rule is a value of doubles, so the compiler
+// runs the loop in SIMD lanes (as a function of its own, see run_loop).
 struct FinishReward {
-  static void run(int64_t B, const Options o, double base, const double* __restrict n, const double* __restrict shift,
+  static void run(int64_t B, const ColumnRule r, double base, const double* __restrict n,
+                  const double* __restrict inv_n, const double* __restrict inv_divisor, const double* __restrict shift,
                   const double* __restrict sum, const double* __restrict product, double* __restrict m,
                   double* __restrict mean, double* __restrict scale, double* __restrict active,
                   double* __restrict spread, double* __restrict energy, double* __restrict raw_sum) {
     for (int64_t i = 0; i < B; ++i) {
-      m[i] = sum[i] / n[i];
+      m[i] = sum[i] * inv_n[i];
       const double dev = nonnegative(product[i] - sum[i] * m[i]);
-      const double std = column_std(n[i], dev, o);
-      mean[i] = column_mean(n[i], shift[i] + m[i], o);
-      scale[i] = column_scale(n[i], std, o);
-      active[i] = column_active(n[i], std, o);
+      const double column = column_spread(n[i], dev * inv_divisor[i]);
+      const double std = column_std(n[i], column, r);
+      mean[i] = column_mean(n[i], shift[i] + m[i], r);
+      active[i] = column_active(n[i], column, r);
+      scale[i] = column_scale(n[i], std, active[i], r);
       spread[i] = base * std;
       energy[i] = scale[i] * scale[i] * dev;
       raw_sum[i] = n[i] * shift[i] + sum[i];
@@ -271,23 +285,30 @@ class CompleteBatch {
     double* value = work(6 * K);        // [1] scratch, one value per group
     double* energy = work(6 * K + 1);   // [1] one reward at a time
     double* raw_sum = work(6 * K + 2);  // [1] one reward at a time
+    double* inv_n = work(6 * K + 3);    // [1]
+    double* inv_divisor = value;        // [1] until the covariances below reuse it
     const double rows = lane_sum(n, B);
+    const ColumnRule rule = column_rule(o);
+    run_loop<GroupReciprocals>(B, rule, n, inv_n, inv_divisor);
     for (int k = 0; k < K; ++k) {
       const int64_t w = k * capacity_;
-      run_loop<FinishReward>(B, o, a.base[k], n, static_cast<const double*>(at(kShift, k)),
+      run_loop<FinishReward>(B, rule, a.base[k], n, static_cast<const double*>(inv_n),
+                             static_cast<const double*>(inv_divisor), static_cast<const double*>(at(kShift, k)),
                              static_cast<const double*>(at(kSum, k)),
                              static_cast<const double*>(at(kProduct, pair(k, k))), m + w, mean + w, scale + w,
                              active + w, spread + w, energy, raw_sum);
-      for (int64_t i = 0; i < B; ++i) {
-        table.mean[groups_[i] * K + k] = mean[w + i];
-        table.scale[groups_[i] * K + k] = scale[w + i];
-      }
       sums.active[k] += lane_sum(active + w, B);
       sums.count[k] += rows;
       sums.sum[k] += lane_sum(raw_sum, B);
       sums.energy[k] += lane_sum(energy, B);
     }
     for (int64_t i = 0; i < B; ++i) {
+      double* group_mean = table.mean + groups_[i] * K;
+      double* group_scale = table.scale + groups_[i] * K;
+      for (int k = 0; k < K; ++k) {
+        group_mean[k] = mean[k * capacity_ + i];
+        group_scale[k] = scale[k * capacity_ + i];
+      }
       table.kappa[groups_[i]] = 1.0;
       table.complete[groups_[i]] = 1;
     }

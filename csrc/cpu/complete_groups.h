@@ -62,12 +62,15 @@ inline void zero(T* m, int rows, int cols, int stride) {
 }
 
 // Rows [b0, b1) of K = 3 or 4 float rewards, two rows per 32-byte vector
-// (one per 16-byte half, a K = 3 row padded with a zero): each pair is a
-// subtract and K multiply-adds with a lane broadcast, and each sum has half as
-// many dependent additions as with a row at a time. (The compiler's own
-// vectorisation of the generic loop shuffles across lanes instead.) An odd
-// last row is paired with the shift itself, which adds zeros. Sums and the
-// full square go to bs and bP (row stride K).
+// (one per 16-byte half, a K = 3 row padded with a zero). The square's upper
+// triangle comes from three products per pair, x x, x rot1(x) and x rot2(x)
+// (rotations within each half: x_k x_k+1 and x_k x_k+2 hold every pair
+// c < e): a pair of rows costs a subtract, two in-lane shuffles and three
+// multiply-adds, not K of each, and each sum has half as many dependent
+// additions as with a row at a time. (The compiler's own vectorisation of
+// the generic loop shuffles across lanes instead.) An odd last row is paired
+// with the shift itself, which adds zeros. Sums and the square's upper
+// triangle go to bs and bP (row stride K).
 template <int K>
 void paired_row_moments(const float* rewards, int64_t b0, int64_t b1, const float* shift, float* bs, float* bP) {
   static_assert(K == 3 || K == 4);
@@ -95,38 +98,40 @@ void paired_row_moments(const float* rewards, int64_t b0, int64_t b1, const floa
     }
     return x;
   };
-  v8 sum = {}, p0 = {}, p1 = {}, p2 = {}, p3 = {};
+  v8 sum = {}, square = {}, next = {}, across = {};
   auto add = [&](v8 x) {
     x -= sh;
     sum += x;
-    p0 += x * __builtin_shuffle(x, i8{0, 0, 0, 0, 4, 4, 4, 4});
-    p1 += x * __builtin_shuffle(x, i8{1, 1, 1, 1, 5, 5, 5, 5});
-    p2 += x * __builtin_shuffle(x, i8{2, 2, 2, 2, 6, 6, 6, 6});
-    if constexpr (K == 4) p3 += x * __builtin_shuffle(x, i8{3, 3, 3, 3, 7, 7, 7, 7});
+    square += x * x;
+    next += x * __builtin_shuffle(x, i8{1, 2, 3, 0, 5, 6, 7, 4});
+    across += x * __builtin_shuffle(x, i8{2, 3, 0, 1, 6, 7, 4, 5});
   };
   int64_t row = b0;
   for (; row + 2 <= b1; row += 2) add(load_pair(rewards + row * K));
   if (row < b1) add(load_last(rewards + row * K));
-  // The two rows' halves added. K = 4 rows are stored as whole vectors (a
-  // copy of the folded value, not of an accumulator, whose address taken
-  // would keep it in memory through the loop); K = 3 rows lane by lane.
+  // The two rows' halves added (a copy of the folded value, not of an
+  // accumulator, whose address taken would keep it in memory through the loop).
   typedef float v4 __attribute__((vector_size(16)));
   auto fold = [](v8 v) {
     return __builtin_shufflevector(v, v, 0, 1, 2, 3) + __builtin_shufflevector(v, v, 4, 5, 6, 7);
   };
-  const v4 folded[5] = {fold(sum), fold(p0), fold(p1), fold(p2), fold(p3)};
-  float* out[5] = {bs, bP, bP + K, bP + 2 * K, bP + 3 * K};
-  for (int v = 0; v <= K; ++v) {
-    if constexpr (K == 4) {
-      std::memcpy(out[v], &folded[v], sizeof(v4));
-    } else {
-      for (int k = 0; k < K; ++k) out[v][k] = folded[v][k];
-    }
+  const v4 s = fold(sum), d = fold(square), n1 = fold(next), n2 = fold(across);
+  for (int k = 0; k < K; ++k) {
+    bs[k] = s[k];
+    bP[k * K + k] = d[k];
+  }
+  bP[0 * K + 1] = n1[0];
+  bP[1 * K + 2] = n1[1];
+  bP[0 * K + 2] = n2[0];
+  if constexpr (K == 4) {
+    bP[2 * K + 3] = n1[2];
+    bP[0 * K + 3] = n1[3];
+    bP[1 * K + 3] = n2[1];
   }
 }
 
-// Sums over rows [b0, b1) of x = row - shift and of the full square x x^T
-// (row stride N), in the per-row real type.
+// Sums over rows [b0, b1) of x = row - shift and of the square x x^T (its
+// upper triangle at least; row stride N), in the per-row real type.
 template <int KT, typename Real, typename scalar_t>
 void block_moments(const scalar_t* rewards, int K, int64_t b0, int64_t b1, const Real* shift, Real* bs, Real* bP) {
   constexpr int N = local_size<KT>();

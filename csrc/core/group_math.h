@@ -47,8 +47,7 @@ DARA_HD double column_std(double count, double spread, const ColumnRule& r) {
 }
 
 // 1 for an active pair, else 0. A verl singleton is never active, so the
-// spread stands in for sigma (and the vectoriser sees one comparison, where
-// sigma's select would split it into a select of masks it cannot run).
+// spread stands in for sigma.
 DARA_HD double column_active(double count, double spread, const ColumnRule& r) {
   return count >= 2.0 && spread > r.active_tol ? 1.0 : 0.0;
 }
@@ -58,7 +57,8 @@ DARA_HD double column_mean(double count, double mean, const ColumnRule& r) { ret
 
 // A_jk = (r_jk - mean) * scale: 0 unless the pair is active or a verl
 // singleton. The divisor is exactly sigma + eps, or 1 without scale_by_std:
-// arithmetic on the option, not a select on it, for the same reason.
+// arithmetic on the option, not a select on it (GCC leaves a loop with a
+// select on a bool option scalar; tests/test_cpu_isa.py checks).
 DARA_HD double column_scale(double count, double std, double active, const ColumnRule& r) {
   const double used = 1.0 / (r.scale_by_std * (std + r.eps) + (1.0 - r.scale_by_std));
   const double scaled = count == r.singleton ? 1.0 : active;

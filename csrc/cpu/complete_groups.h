@@ -176,10 +176,10 @@ struct FinishReward {
     for (int64_t i = 0; i < B; ++i) {
       m[i] = sum[i] * inv_n[i];
       const double dev = nonnegative(product[i] - sum[i] * m[i]);
-      const double column = column_spread(n[i], dev * inv_divisor[i]);
-      const double std = column_std(n[i], column, r);
+      const double root_variance = column_spread(n[i], dev * inv_divisor[i]);
+      const double std = column_std(n[i], root_variance, r);
       mean[i] = column_mean(n[i], shift[i] + m[i], r);
-      active[i] = column_active(n[i], column, r);
+      active[i] = column_active(n[i], root_variance, r);
       scale[i] = column_scale(n[i], std, active[i], r);
       spread[i] = base * std;
       energy[i] = scale[i] * scale[i] * dev;

@@ -71,6 +71,31 @@ def test_dense_and_sparse_ids_agree():
                 assert torch.equal(getattr(a, name), getattr(b, name)), name
 
 
+@pytest.mark.parametrize("method", ["dara", "grpo", "dvao", "gd2po_hard"])
+@pytest.mark.parametrize("batch_norm", [None, "token"])
+def test_dense_ids_with_gaps(method, batch_norm):
+    """Ids close enough together for the counting sort but with values no row
+    has (their keys map to no group), shuffled, uneven groups, a NaN group
+    written in group order: the reference's answer, and bit for bit the
+    stable-sort path's (the same ids spread out)."""
+    gen = torch.Generator().manual_seed(21)
+    sizes = torch.randint(1, 12, (300,), generator=gen)
+    ids = torch.repeat_interleave(torch.arange(300) * 3 - 7, sizes)
+    perm = torch.randperm(ids.numel(), generator=gen)
+    ids = ids[perm]
+    rewards = (torch.rand(ids.numel(), 4, generator=gen) < torch.tensor([0.1, 0.4, 0.7, 1.0])).float()
+    rewards[ids == 2, 1] = float("nan")
+    lengths = torch.randint(1, 50, (ids.numel(),), generator=gen).float()
+    kw = dict(method=method, batch_norm=batch_norm, response_lengths=lengths if batch_norm else None)
+    ref = dk.fused_advantage(rewards, group_index=ids, backend="reference", **kw)
+    dense = dk.fused_advantage(rewards, group_index=ids, backend="cpu", **kw)
+    sparse = dk.fused_advantage(rewards, group_index=ids * (2 ** 40), backend="cpu", **kw)
+    assert_matches(dense, ref, TOLERANCES["cpu"][torch.float32], method)
+    for name in dense._fields:
+        if getattr(dense, name) is not None:
+            assert torch.equal(getattr(dense, name), getattr(sparse, name)), name
+
+
 def test_empty_batch():
     out = dk.fused_advantage(torch.empty(0, 3), 4, backend="cpu")
     assert out.advantages.shape == (0,) and out.keep.shape == (0,)

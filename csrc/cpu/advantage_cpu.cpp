@@ -26,6 +26,7 @@ using OptTensor = std::optional<at::Tensor>;
 struct Problem {
   Options options;
   AccumulatorLayout L;
+  at::Tensor ids;  // group_index as int64: a dense layout keys its rows by them
   GroupLayout layout;
   at::Tensor rewards;        // in group order: gathered for a group_index layout
   at::Tensor input_rewards;  // in input order
@@ -50,10 +51,10 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
   p.L = AccumulatorLayout{static_cast<int>(K), p.options.combined_column() ? 1 : static_cast<int>(K)};
   if (group_index.has_value()) {
     TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
-    at::Tensor ids = group_index->to(at::kLong).contiguous();
+    p.ids = group_index->to(at::kLong).contiguous();
     at::Tensor gathered = at::empty_like(p.rewards);
     p.layout = GroupLayout::from_ids(
-        ids.data_ptr<int64_t>(), n,
+        p.ids.data_ptr<int64_t>(), n,
         RowCopy{static_cast<const char*>(p.rewards.const_data_ptr()),
                 K * static_cast<int64_t>(p.rewards.element_size()), static_cast<char*>(gathered.data_ptr())});
     p.rewards = gathered;

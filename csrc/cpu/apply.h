@@ -107,33 +107,65 @@ void complete_coefficients(const ApplyArgs& a, const GroupRef& stats, double* co
   }
 }
 
+// A complete group's row formula s_j as an entry of Real values. In float
+// (rows whose group passed float_rows_suffice), K coefficients and the
+// offset sum_k c_k mu_gk: s_j = sum_k c_k r_jk - offset. The mean's offset
+// costs at most kFloatMeanPerSpread float roundings of the spread, and the
+// entry stays small (20 bytes at K = 4), so a shuffled layout's table of
+// them stays in the L2 cache. In double, K coefficients and the K means:
+// s_j = sum_k c_k (r_jk - mu_gk), exact for any offset from the mean.
+template <typename Real>
+struct AffineEntry {
+  static constexpr bool kFolded = std::is_same_v<Real, float>;
+  static int width(int K) { return kFolded ? K + 1 : 2 * K; }
+
+  static void fill(const double* coef, const double* mean, int K, Real* entry) {
+    double offset = 0.0;
+    for (int k = 0; k < K; ++k) {
+      entry[k] = static_cast<Real>(coef[k]);
+      if constexpr (kFolded) {
+        offset += coef[k] * mean[k];
+      } else {
+        entry[K + k] = static_cast<Real>(mean[k]);
+      }
+    }
+    if constexpr (kFolded) entry[K] = static_cast<Real>(offset);
+  }
+
+  template <int KT, typename scalar_t>
+  static Real signal(const Real* entry, const scalar_t* row, int K) {
+    if constexpr (KT > 0) K = KT;
+    Real s = Real(0);
+    if constexpr (kFolded) {
+      for (int k = 0; k < K; ++k) s += entry[k] * static_cast<Real>(row[k]);
+      return s - entry[K];
+    } else {
+      for (int k = 0; k < K; ++k) s += entry[k] * (static_cast<Real>(row[k]) - entry[K + k]);
+      return s;
+    }
+  }
+};
+
 template <int KT, typename Real, typename scalar_t>
 void apply_complete_group(const scalar_t* rewards, const ApplyArgs& a, const GroupRef& stats, const double* coef,
                           int64_t begin, int64_t end, float* advantages, bool* keep, float* query_scale) {
-  constexpr int N = local_size<KT>();
+  using Entry = AffineEntry<Real>;
   const int K = KT > 0 ? KT : a.K;
-  Real c[N], m[N];
-  for (int k = 0; k < K; ++k) {
-    c[k] = static_cast<Real>(coef[k]);
-    m[k] = static_cast<Real>(stats.mean[k]);
-  }
+  Real entry[2 * local_size<KT>()];
+  Entry::fill(coef, stats.mean, K, entry);
   const Real shift = static_cast<Real>(a.shift), factor = static_cast<Real>(a.scale);
   const GroupLayout& layout = *a.layout;
   if (!layout.sorted()) {
     for (int64_t p = begin; p < end; ++p) {
-      Real s = Real(0);
-      for (int k = 0; k < K; ++k) s += c[k] * (static_cast<Real>(rewards[p * K + k]) - m[k]);
-      advantages[p] = static_cast<float>((s - shift) * factor);
+      advantages[p] = static_cast<float>((Entry::template signal<KT>(entry, rewards + p * K, K) - shift) * factor);
     }
     std::fill(keep + begin, keep + end, true);
     std::fill(query_scale + begin, query_scale + end, 1.0f);
     return;
   }
   for (int64_t p = begin; p < end; ++p) {
-    Real s = Real(0);
-    for (int k = 0; k < K; ++k) s += c[k] * (static_cast<Real>(rewards[p * K + k]) - m[k]);
     const int64_t j = layout.row(p);
-    advantages[j] = static_cast<float>((s - shift) * factor);
+    advantages[j] = static_cast<float>((Entry::template signal<KT>(entry, rewards + p * K, K) - shift) * factor);
     keep[j] = true;
     query_scale[j] = 1.0f;
   }
@@ -180,27 +212,27 @@ void apply_groups(const scalar_t* rewards, const ApplyArgs& a, const GroupTable&
   }
 }
 
-// A shuffled layout's affine groups as a table: per group, the coefficients
-// c_k then the means mu_k in the per-row real type (zeros for the other
-// groups, whose rows apply_groups rewrites). Returns how many groups are affine.
+// A shuffled layout's affine groups as a table of AffineEntry, one per key
+// (see GroupLayout::row_keys; zeros for keys of no group or of a group that
+// is not affine, whose rows apply_groups rewrites). Returns how many
+// groups are affine.
 template <int KT, Columns M, typename Real>
-int64_t affine_table(const ApplyArgs& a, const GroupTable& table, int64_t g0, int64_t g1, Real* entries) {
+int64_t affine_table(const ApplyArgs& a, const GroupTable& table, int64_t key0, int64_t key1, Real* entries) {
   constexpr int N = local_size<KT>();
   const int K = KT > 0 ? KT : a.K;
+  const int width = AffineEntry<Real>::width(K);
   int64_t affine = 0;
-  for (int64_t g = g0; g < g1; ++g) {
-    Real* entry = entries + g * 2 * K;
-    if (!affine_group<M, Real>(a, table, g)) {
-      std::fill(entry, entry + 2 * K, Real(0));
+  for (int64_t key = key0; key < key1; ++key) {
+    Real* entry = entries + key * width;
+    const int64_t g = a.layout->group_of_key(key);
+    if (g < 0 || !affine_group<M, Real>(a, table, g)) {
+      std::fill(entry, entry + width, Real(0));
       continue;
     }
     const GroupRef stats = table.ref(g);
     double coef[N];
     complete_coefficients<KT, M>(a, stats, coef);
-    for (int k = 0; k < K; ++k) {
-      entry[k] = static_cast<Real>(coef[k]);
-      entry[K + k] = static_cast<Real>(stats.mean[k]);
-    }
+    AffineEntry<Real>::fill(coef, stats.mean, K, entry);
     ++affine;
   }
   return affine;
@@ -209,22 +241,22 @@ int64_t affine_table(const ApplyArgs& a, const GroupTable& table, int64_t g0, in
 // How many rows ahead the input-order pass fetches table entries.
 constexpr int64_t kTablePrefetchRows = 32;
 
-// Input rows [j0, j1) in input order, each from its group's table entry: the
+// Input rows [j0, j1) in input order, each from its key's table entry: the
 // same arithmetic as apply_complete_group, with sequential writes instead of
 // a scatter. Rows of groups that are not affine get values apply_groups replaces.
 template <int KT, typename Real, typename scalar_t>
 void apply_rows_in_input_order(const scalar_t* rewards, const ApplyArgs& a, const Real* entries, int64_t j0, int64_t j1,
                                float* advantages, bool* keep, float* query_scale) {
   const int K = KT > 0 ? KT : a.K;
-  const int64_t* group = a.layout->group_of_row();
+  const int width = AffineEntry<Real>::width(K);
+  const int64_t* keys = a.layout->row_keys();
+  const int64_t base = a.layout->key_base();
   const Real shift = static_cast<Real>(a.shift), factor = static_cast<Real>(a.scale);
   for (int64_t j = j0; j < j1; ++j) {
-    // The table (tens of bytes per group) outgrows the L2 cache at tens of
-    // thousands of groups: fetch a later row's entry while this one computes.
-    if (j + kTablePrefetchRows < j1) __builtin_prefetch(entries + group[j + kTablePrefetchRows] * 2 * K);
-    const Real* entry = entries + group[j] * 2 * K;
-    Real s = Real(0);
-    for (int k = 0; k < K; ++k) s += entry[k] * (static_cast<Real>(rewards[j * K + k]) - entry[K + k]);
+    // Tens of thousands of groups' entries outgrow the L1 cache: fetch a
+    // later row's entry while this one computes.
+    if (j + kTablePrefetchRows < j1) __builtin_prefetch(entries + (keys[j + kTablePrefetchRows] - base) * width);
+    const Real s = AffineEntry<Real>::template signal<KT>(entries + (keys[j] - base) * width, rewards + j * K, K);
     advantages[j] = static_cast<float>((s - shift) * factor);
   }
   std::fill(keep + j0, keep + j1, true);
@@ -254,11 +286,13 @@ void apply_in(const scalar_t* rewards, const scalar_t* input_rewards, const Appl
       };
       if (!a.layout->sorted()) return in_group_order(false);
       // A shuffled layout: rows of affine groups in input order, the rest in group order.
-      Real* entries = thread_storage<Real, kAffineTable>(groups * 2 * a.K);
-      std::vector<int64_t> affine(num_chunks(groups), 0);
-      for_each_chunk(
-          groups, groups * 2 * a.K * static_cast<int64_t>(sizeof(Real)),
-          [&](int64_t c, int64_t g0, int64_t g1) { affine[c] = affine_table<KT, M, Real>(a, table, g0, g1, entries); });
+      const int64_t keys = a.layout->num_keys();
+      const int64_t width = AffineEntry<Real>::width(a.K);
+      Real* entries = thread_storage<Real, kAffineTable>(keys * width);
+      std::vector<int64_t> affine(num_chunks(keys), 0);
+      for_each_chunk(keys, keys * width * static_cast<int64_t>(sizeof(Real)), [&](int64_t c, int64_t k0, int64_t k1) {
+        affine[c] = affine_table<KT, M, Real>(a, table, k0, k1, entries);
+      });
       const int64_t affine_groups = std::accumulate(affine.begin(), affine.end(), int64_t{0});
       // Mostly non-affine groups: an input-order pass would write most rows twice.
       if (2 * affine_groups < groups) return in_group_order(false);

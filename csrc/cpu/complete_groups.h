@@ -41,16 +41,22 @@ constexpr int kWorkSingles = 4;
 // compiler can run in SIMD lanes (std::fmax is a library call).
 inline double nonnegative(double x) { return x > 0.0 ? x : 0.0; }
 
-// The sum of v[0, n) in four interleaved partial sums: four independent
-// chains of additions instead of one, in a fixed order (same bits on every run).
-inline double lane_sum(const double* v, int64_t n) {
+// The sum of value(i) over [0, n) in four interleaved partial sums: four
+// independent chains of additions instead of one, in a fixed order (same
+// bits on every run). A value computed in the loop is never stored.
+template <typename F>
+inline double lane_sum_of(int64_t n, const F& value) {
   double part[4] = {};
   int64_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    for (int j = 0; j < 4; ++j) part[j] += v[i + j];
+    for (int j = 0; j < 4; ++j) part[j] += value(i + j);
   }
-  for (; i < n; ++i) part[0] += v[i];
+  for (; i < n; ++i) part[0] += value(i);
   return (part[0] + part[1]) + (part[2] + part[3]);
+}
+
+inline double lane_sum(const double* v, int64_t n) {
+  return lane_sum_of(n, [v](int64_t i) { return v[i]; });
 }
 
 // Zeroes the rows x cols corner of a matrix with row stride `stride`.
@@ -314,7 +320,6 @@ class CompleteBatch {
         group_mean[k] = mean[k * capacity_ + i];
         group_scale[k] = scale[k * capacity_ + i];
       }
-      table.kappa[groups_[i]] = 1.0;
       table.complete[groups_[i]] = 1;
     }
     sums.groups += static_cast<double>(B);
@@ -331,8 +336,7 @@ class CompleteBatch {
       }
       for (int c = 0; c < K; ++c) {
         for (int e = c; e < K; ++e) {
-          covariance(c, e, column + c * capacity_, column + e * capacity_, value);
-          sums.cross[c * K + e] += lane_sum(value, B);
+          sums.cross[c * K + e] += lane_sum_of(B, covariance_of(c, e, column + c * capacity_, column + e * capacity_));
           if (!tokens_) continue;
           token_covariance(c, e, column + c * capacity_, column + e * capacity_, value);
           sums.token_cross[c * K + e] += lane_sum(value, B);
@@ -396,15 +400,20 @@ class CompleteBatch {
     return c * K_ - c * (c - 1) / 2 + (e - c);
   }
 
-  // value_i = u_i v_i cov_ce, the deviation covariance of rewards c and e.
-  void covariance(int c, int e, const double* u, const double* v, double* value) {
+  // i -> u_i v_i cov_ce, the deviation covariance of rewards c and e.
+  auto covariance_of(int c, int e, const double* u, const double* v) {
     if (c > e) std::swap(c, e);
     const double *sc = at(kSum, c), *pce = at(kProduct, pair(c, e)), *me = work(0) + e * capacity_;
-    for (int64_t i = 0; i < size_; ++i) {
-      double cov = pce[i] - sc[i] * me[i];
-      if (c == e) cov = nonnegative(cov);
-      value[i] = u[i] * v[i] * cov;
-    }
+    const bool diagonal = c == e;
+    return [=](int64_t i) {
+      const double cov = pce[i] - sc[i] * me[i];
+      return u[i] * v[i] * (diagonal ? nonnegative(cov) : cov);
+    };
+  }
+
+  void covariance(int c, int e, const double* u, const double* v, double* value) {
+    const auto f = covariance_of(c, e, u, v);
+    for (int64_t i = 0; i < size_; ++i) value[i] = f(i);
   }
 
   // The same with each row weighted by L_j.

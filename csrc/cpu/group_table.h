@@ -1,7 +1,9 @@
 // What accumulate leaves for apply, per group: each reward's mean and scale,
 // DVAO's group weights w_gk, GRPO's summed-column mean and scale, the
-// GD2PO query scale kappa_g, and whether the group is complete (every entry
-// present, every row kept), which makes its advantages affine in its rewards.
+// GD2PO query scale kappa_g (written for groups that are not complete: a
+// complete group keeps every row, so apply takes kappa = 1 without reading
+// it), and whether the group is complete (every entry present, every row
+// kept), which makes its advantages affine in its rewards.
 // Accumulate writes every entry a method uses, so the storage is not cleared:
 // it is kept per calling thread between calls, and a stream of calls neither
 // clears nor page-faults megabytes of table each time.

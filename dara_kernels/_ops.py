@@ -35,7 +35,7 @@ if extension_available():
 
     @torch.library.register_fake("dara::fused_advantage")
     def _fused_advantage_fake(rewards, group_index, group_size, reward_weights, response_mask,
-                              response_lengths, reward_bounds, accumulators, extrema, options):
+                              response_lengths, reward_bounds, accumulators, extrema, options, group_name=None):
         n, k = rewards.shape
         t = response_mask.shape[1] if response_mask is not None else None
         shapes = {"N": (n,), "NT": (n, t) if t is not None else (0,), "K": (k,), "": ()}
@@ -65,8 +65,8 @@ def kernel_accumulate(inputs: PreparedInputs, opts: AdvantageOptions):
 
 
 def kernel_fused_advantage(inputs: PreparedInputs, opts: AdvantageOptions,
-                           accumulators=None, extrema=None) -> AdvantageOutput:
+                           accumulators=None, extrema=None, group_name: Optional[str] = None) -> AdvantageOutput:
     result = torch.ops.dara.fused_advantage(
         *_layout_args(inputs), inputs.reward_bounds, accumulators, extrema,
-        _kernel_vector(opts, inputs.kernel_rejects_inf))
+        _kernel_vector(opts, inputs.kernel_rejects_inf), group_name)
     return output_from_kernel(result, inputs.response_mask is not None)

@@ -7,7 +7,7 @@ from typing import Optional, Sequence, Union
 import torch
 
 from . import backends
-from .distributed import needs_extrema, reduce_accumulators
+from .distributed import distributed_advantage
 from .options import AdvantageOptions, resolve_options
 from .output import AdvantageOutput
 from .validation import prepare_inputs, reward_matrix
@@ -83,11 +83,6 @@ def fused_advantage(
         response_mask=response_mask, response_lengths=response_lengths,
         reward_bounds=reward_bounds, nan_policy=opts.nan_policy, batch_norm=opts.batch_norm,
         validate=validate, kernel_rejects_inf=name == "cpu" and process_group is None)
-    run = backends.runner(name)
     if process_group is None:
-        return run(inputs, opts)
-    accumulators, extrema = backends.accumulator(name)(inputs, opts)
-    accumulators, extrema = reduce_accumulators(
-        accumulators, extrema, process_group,
-        needs_extrema(opts, inputs.reward_bounds is not None))
-    return run(inputs, opts, accumulators=accumulators, extrema=extrema)
+        return backends.runner(name)(inputs, opts)
+    return distributed_advantage(name, inputs, opts, process_group)

@@ -88,21 +88,9 @@ def choose_backend(name: str, device: torch.device, num_rewards: int) -> str:
 
 def runner(name: str) -> Callable[..., AdvantageOutput]:
     if name == "reference":
-        return lambda inputs, opts, accumulators=None, extrema=None: reference_advantage(inputs, opts)
+        return reference_advantage
     if name == "triton":
         from .triton import triton_fused_advantage
 
         return triton_fused_advantage
     return _ops.kernel_fused_advantage
-
-
-def accumulator(name: str):
-    if name == "triton":
-        from .triton import triton_accumulate
-
-        return triton_accumulate
-    if name in ("cpu", "cuda"):
-        return _ops.kernel_accumulate
-    raise BackendUnavailable(
-        f'process_group needs a kernel backend (cpu, cuda or triton), not "{name}": '
-        "the reference has no accumulate stage to all-reduce")

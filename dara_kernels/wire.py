@@ -205,7 +205,7 @@ def cpp_header() -> str:
               "constexpr const char* kFusedAdvantageSchema =",
               '    "fused_advantage(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "',
               '    "Tensor? response_mask, Tensor? response_lengths, Tensor? reward_bounds, Tensor? accumulators, "',
-              '    "Tensor? extrema, float[] options) -> ("']
+              '    "Tensor? extrema, float[] options, str? group_name=None) -> ("']
     chunks = [", ".join(returns[i:i + 4]) for i in range(0, len(returns), 4)]
     lines += [f'    "{chunk}, "' for chunk in chunks[:-1]] + [f'    "{chunks[-1]})";']
     lines += [

@@ -36,7 +36,7 @@ def test_at_the_limit_the_kernel_runs():
     torch.testing.assert_close(out.advantages, ref.advantages, atol=1e-5, rtol=1e-5)
 
 
-def test_triton_rejects_wrong_accumulator_sizes():
+def test_triton_rejects_wrong_reduce_sizes():
     pytest.importorskip("triton")
     if dk.unavailable_reason("triton", torch.device("cpu")) is not None:
         pytest.skip("triton interpreter not active")
@@ -47,9 +47,11 @@ def test_triton_rejects_wrong_accumulator_sizes():
     inputs = prepare_inputs(torch.rand(8, 2), group_size=4, group_index=None, reward_weights=None,
                             response_mask=None, response_lengths=None, reward_bounds=None, nan_policy="ignore",
                             batch_norm="response", validate=True)
-    with pytest.raises(ValueError, match="accumulators must have"):
-        fused_advantage_triton(inputs, resolve_options("dara", None), torch.zeros(5, dtype=torch.float64),
-                               torch.zeros(4, dtype=torch.float64))
+    def wrong_sizes(acc, ext):
+        return torch.zeros(5, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)
+
+    with pytest.raises(ValueError, match="accumulators of"):
+        fused_advantage_triton(inputs, resolve_options("dara", None), wrong_sizes)
 
 
 def test_cpu_kernel_rejects_wrong_accumulator_sizes():

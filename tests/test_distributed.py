@@ -23,6 +23,14 @@ def split_rows(case):
     return [torch.nonzero(index < cut).flatten(), torch.nonzero(index >= cut).flatten()]
 
 
+def dara_ops_of_one_call(case, rows):
+    """The compiled ops one distributed CPU call runs, by name."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        dk.fused_advantage(case.rewards[rows], group_index=case.layout["group_index"][rows], method="saw",
+                           backend="cpu", process_group=dist.group.WORLD)
+    return sorted(e.name for e in prof.events() if e.name.startswith("dara::"))
+
+
 def worker(rank, init_file, results):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     try:
@@ -35,6 +43,7 @@ def worker(rank, init_file, results):
                     batch_norm=bn, response_mask=case.mask[rows], backend="cpu",
                     process_group=dist.group.WORLD)
                 results[(rank, method, bn)] = {k: v for k, v in out._asdict().items() if v is not None}
+        results[(rank, "dara ops")] = dara_ops_of_one_call(case, rows)
     finally:
         dist.destroy_process_group()
 
@@ -46,6 +55,10 @@ def test_two_ranks_equal_one_process():
         mp.start_processes(worker, args=(os.path.join(tmp, "init"), results), nprocs=2,
                            start_method="spawn", join=True)
         results = dict(results)
+    for rank in range(2):
+        # One op, which reads the rewards twice (accumulate, apply) and
+        # all-reduces in between: no separate accumulate call.
+        assert results[(rank, "dara ops")] == ["dara::fused_advantage"]
     case = make_case(7, "shuffled", 3, nan_fraction=0.1, shape=(97,))
     parts = split_rows(case)
     for method in METHODS:

@@ -58,21 +58,40 @@ def test_options(options):
         assert_matches(out, ref, TOLERANCES["triton"][torch.float32], str(options))
 
 
-def test_external_accumulators_path():
-    """The distributed path: accumulate, then finalize/apply from given accumulators."""
+def test_reduce_adds_the_other_ranks_sums():
+    """Distributed mode's hook: reduce, called once between accumulate and
+    finalize, adds the other rank's accumulators (max of its extrema), and
+    this rank's rows then get the whole batch's answer."""
     from dara_kernels.options import resolve_options
-    from dara_kernels.triton.fused import accumulate_triton, fused_advantage_triton
+    from dara_kernels.triton.fused import fused_advantage_triton
     from dara_kernels.validation import prepare_inputs
 
     case = make_case(6, "fixed", 3, shape=(104, 13))
     opts = resolve_options("saw", None)
-    inputs = prepare_inputs(case.rewards.to(DEVICE), group_size=13, group_index=None, reward_weights=None,
-                            response_mask=None, response_lengths=None, reward_bounds=None,
-                            nan_policy="ignore", batch_norm="response", validate=True)
-    acc, ext = accumulate_triton(inputs, opts)
-    via_acc = fused_advantage_triton(inputs, opts, acc, ext)
+
+    def inputs_of(rows):
+        return prepare_inputs(case.rewards[rows].to(DEVICE), group_size=13, group_index=None, reward_weights=None,
+                              response_mask=None, response_lengths=None, reward_bounds=None,
+                              nan_policy="ignore", batch_norm="response", validate=True)
+
+    other = {}
+
+    def keep_other(acc, ext):
+        other["acc"], other["ext"] = acc.clone(), ext.clone()
+        return acc, ext
+
+    calls = []
+
+    def add_other(acc, ext):
+        calls.append(1)
+        return acc + other["acc"], torch.maximum(ext, other["ext"])
+
+    fused_advantage_triton(inputs_of(slice(52, None)), opts, keep_other)
+    out = fused_advantage_triton(inputs_of(slice(None, 52)), opts, add_other)
     ref = dk.fused_advantage(case.rewards, 13, method="saw", backend="reference")
-    assert_matches(via_acc, ref, TOLERANCES["triton"][torch.float32], "accumulators")
+    ref = ref._replace(advantages=ref.advantages[:52], keep=ref.keep[:52], query_scale=ref.query_scale[:52])
+    assert calls == [1]
+    assert_matches(out, ref, TOLERANCES["triton"][torch.float32], "reduce")
 
 
 def test_deterministic():

@@ -163,7 +163,7 @@ const T& output_at(const OutputsOf<T>& o, int field) {
 constexpr const char* kFusedAdvantageSchema =
     "fused_advantage(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "
     "Tensor? response_mask, Tensor? response_lengths, Tensor? reward_bounds, Tensor? accumulators, "
-    "Tensor? extrema, float[] options) -> ("
+    "Tensor? extrema, float[] options, str? group_name=None) -> ("
     "Tensor advantages, Tensor token_advantages, Tensor density, Tensor weights, "
     "Tensor energy, Tensor weighted_energy, Tensor active_groups, Tensor num_groups, "
     "Tensor batch_mean, Tensor batch_std, Tensor keep, Tensor query_scale)";

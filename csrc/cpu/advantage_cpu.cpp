@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "../op_outputs.h"
 #include "accumulate.h"
 #include "apply.h"
+#include "group_all_reduce.h"
 #include "group_layout.h"
 #include "group_table.h"
 #include "large_outputs.h"
@@ -121,13 +123,22 @@ std::tuple<at::Tensor, at::Tensor> accumulate_cpu(const at::Tensor& rewards, con
 OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
                                 const at::Tensor& reward_weights, const OptTensor& response_mask,
                                 const OptTensor& response_lengths, const OptTensor& reward_bounds,
-                                const OptTensor& accumulators, const OptTensor& extrema, at::ArrayRef<double> options) {
+                                const OptTensor& accumulators, const OptTensor& extrema, at::ArrayRef<double> options,
+                                std::optional<c10::string_view> group_name) {
+  TORCH_CHECK(!(group_name.has_value() && (accumulators.has_value() || extrema.has_value())),
+              "dara: give group_name (reduce here) or accumulators and extrema (reduced elsewhere), not both");
   Problem p = make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
   const int64_t n = rewards.size(0), K = p.L.K;
   GroupTable table(p.layout.num_groups(), p.L.K, p.options);
   at::Tensor acc = at::empty({p.L.size()}, rewards.options().dtype(at::kDouble));
   at::Tensor ext = at::empty({p.L.extrema_size()}, rewards.options().dtype(at::kDouble));
   if (run_accumulate(p, table, acc, ext) && p.options.reject_inf) reject_inf(p.input_rewards);
+  if (group_name.has_value()) {
+    const std::string name(*group_name);
+    acc = group_all_reduce(acc, "sum", name);
+    const bool needs_extrema = (p.options.method == kSaw || p.options.method == kSaMrpo) && !reward_bounds.has_value();
+    if (needs_extrema) ext = group_all_reduce(ext, "max", name);
+  }
   if (accumulators.has_value()) {
     TORCH_CHECK(accumulators->numel() == p.L.size(), "dara: accumulators must have ", p.L.size(), " elements");
     acc = accumulators->to(at::kDouble).contiguous();

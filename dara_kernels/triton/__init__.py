@@ -24,13 +24,7 @@ def triton_unavailable_reason(device: torch.device) -> Optional[str]:
             f"before triton is imported), got {device}")
 
 
-def triton_fused_advantage(inputs, opts, accumulators=None, extrema=None):
+def triton_fused_advantage(inputs, opts, reduce=None):
     from .fused import fused_advantage_triton
 
-    return fused_advantage_triton(inputs, opts, accumulators, extrema)
-
-
-def triton_accumulate(inputs, opts):
-    from .fused import accumulate_triton
-
-    return accumulate_triton(inputs, opts)
+    return fused_advantage_triton(inputs, opts, reduce)

@@ -6,7 +6,7 @@ can record exactly the kernels, argument types and constexprs the op would
 launch (on meta tensors) and compile them ahead of time for a GPU target."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 import triton
@@ -36,6 +36,7 @@ MAX_BLOCK_R = 16
 INTERPRETER_PROGRAMS = 2
 
 Launcher = Callable[..., None]
+Reduce = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 def launch(kernel, grid, *args, **constexprs) -> None:
@@ -111,24 +112,22 @@ def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, run: Launche
     return layout, table, partial, extrema
 
 
-def accumulate_triton(inputs: PreparedInputs, opts: AdvantageOptions, run: Launcher = launch):
-    _, _, partial, extrema = _run_accumulate(inputs, opts, run)
-    return partial.sum(0), extrema.amax(0)
-
-
-def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions,
-                           accumulators=None, extrema=None, run: Launcher = launch) -> AdvantageOutput:
+def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduce: Optional[Reduce] = None,
+                           run: Launcher = launch) -> AdvantageOutput:
+    """reduce(accumulators, extrema) -> (accumulators, extrema), given in
+    distributed mode, combines this rank's sums with the other ranks' between
+    accumulate and finalize."""
     rewards = inputs.rewards
     n, k = rewards.shape
     c = combined_columns(opts.method, k)
     device = rewards.device
     layout, table, partial, local_extrema = _run_accumulate(inputs, opts, run)
-    if accumulators is not None:
+    if reduce is not None:
+        accumulators, extrema = reduce(partial.sum(0), local_extrema.amax(0))
         m, e = accumulator_sizes(k, c)
-        if accumulators.numel() != m or extrema is None or extrema.numel() != e:
-            raise ValueError(f"accumulators must have {m} elements and extrema {e} for K={k}, "
-                             f"method={opts.method!r}; got {accumulators.numel()} and "
-                             f"{None if extrema is None else extrema.numel()}")
+        if accumulators.numel() != m or extrema.numel() != e:
+            raise ValueError(f"reduce must return accumulators of {m} elements and extrema of {e} for K={k}, "
+                             f"method={opts.method!r}; got {accumulators.numel()} and {extrema.numel()}")
         partial, local_extrema = accumulators.view(1, -1), extrema.view(1, -1)
     f32 = dict(dtype=torch.float32, device=device)
     density, weights = torch.empty(k, **f32), torch.empty(k, **f32)

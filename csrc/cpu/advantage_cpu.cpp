@@ -18,6 +18,7 @@
 #include "group_layout.h"
 #include "group_table.h"
 #include "large_outputs.h"
+#include "thread_storage.h"
 #include "token_mask.h"
 
 namespace dara {
@@ -54,7 +55,12 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
   if (group_index.has_value()) {
     TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
     p.ids = group_index->to(at::kLong).contiguous();
-    at::Tensor gathered = at::empty_like(p.rewards);
+    // The rewards in group order live only during this call: scratch kept per
+    // thread (thread_storage.h), so a stream of calls neither maps nor
+    // page-faults a copy of the rewards each time.
+    const int64_t bytes = p.rewards.numel() * static_cast<int64_t>(p.rewards.element_size());
+    at::Tensor gathered = at::from_blob(thread_storage<double, kGroupOrderRewards>((bytes + 7) / 8), p.rewards.sizes(),
+                                        p.rewards.options());
     p.layout = GroupLayout::from_ids(
         p.ids.data_ptr<int64_t>(), n,
         RowCopy{static_cast<const char*>(p.rewards.const_data_ptr()),

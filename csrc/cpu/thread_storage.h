@@ -17,6 +17,14 @@ T* thread_storage(int64_t n) {
 }
 
 // The Use tags in this package.
-enum StorageUse { kBatchMoments, kBatchGroups, kAffineTable, kTableValues, kTableFlags, kChunkSums };
+enum StorageUse {
+  kBatchMoments,
+  kBatchGroups,
+  kAffineTable,
+  kTableValues,
+  kTableFlags,
+  kChunkSums,
+  kGroupOrderRewards
+};
 
 }  // namespace dara

@@ -96,6 +96,25 @@ def test_dense_ids_with_gaps(method, batch_norm):
             assert torch.equal(getattr(dense, name), getattr(sparse, name)), name
 
 
+@pytest.mark.parametrize("layout", ["fixed", "shuffled"])
+@pytest.mark.parametrize("method", ["dara", "gdpo", "grpo", "dvao"])
+@pytest.mark.parametrize("k", [3, 4, 8])
+def test_float_rows_near_their_offset_limit(k, method, layout):
+    """Groups whose means sit 15.9 spreads from zero, just inside the offset
+    that float rows accept (kFloatMeanPerSpread in csrc/cpu/apply.h): the
+    float arithmetic still meets the CPU tolerance."""
+    gen = torch.Generator().manual_seed(k)
+    n, group = 2048, 16
+    x = torch.randn(n // group, group, k, generator=gen, dtype=torch.float64)
+    x = (x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)
+    signs = torch.sign(torch.randn(n // group, 1, k, generator=gen, dtype=torch.float64))
+    rewards = (x + 15.9 * signs).reshape(n, k).float()
+    kw = dict(group_size=group) if layout == "fixed" else dict(group_index=torch.randperm(n, generator=gen) // group)
+    ref = dk.fused_advantage(rewards, method=method, backend="reference", **kw)
+    out = dk.fused_advantage(rewards, method=method, backend="cpu", **kw)
+    assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], f"{method} {layout}")
+
+
 def test_empty_batch():
     out = dk.fused_advantage(torch.empty(0, 3), 4, backend="cpu")
     assert out.advantages.shape == (0,) and out.keep.shape == (0,)

@@ -33,10 +33,12 @@ struct ApplyArgs {
   const GroupLayout* layout;
 };
 
-// Float rows lose up to |mean| * 2^-24 to the rounding of the group mean.
-// While |mean| is within this many of the column's 1 / scale (its spread),
-// A_jk stays within about 1e-6 of the double value (the CPU tolerance is
-// 1e-5); a group with a larger offset runs its rows in double.
+// Float rows lose up to |mean| * 2^-24 to the rounding of the group mean
+// (and of c_k r_jk, of the same size, in AffineEntry's folded form). While
+// |mean| is within this many of the column's 1 / scale (its spread), the
+// advantages stay within about 2.5e-6 of the double values (the CPU
+// tolerance is 1e-5; tests/test_cpu_backend.py::test_float_rows_near_their_offset_limit);
+// a group with a larger offset runs its rows in double.
 constexpr double kFloatMeanPerSpread = 16.0;
 
 inline bool float_rows_suffice(const GroupRef& g, int K, bool summed) {

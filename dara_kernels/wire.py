@@ -142,6 +142,8 @@ _OPTION_PREDICATES = """\
   DARA_HD bool combined_column() const { return method == kGrpo; }
   DARA_HD bool group_weighted() const { return method == kDvao; }
   DARA_HD bool drops_conflicts() const { return method == kGd2poHard; }
+  // SAW and SA-MRPO: the batch's raw sums of squares and extremes.
+  DARA_HD bool raw_extremes() const { return method == kSaw || method == kSaMrpo; }
 """
 
 

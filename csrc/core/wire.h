@@ -48,6 +48,8 @@ struct Options {
   DARA_HD bool combined_column() const { return method == kGrpo; }
   DARA_HD bool group_weighted() const { return method == kDvao; }
   DARA_HD bool drops_conflicts() const { return method == kGd2poHard; }
+  // SAW and SA-MRPO: the batch's raw sums of squares and extremes.
+  DARA_HD bool raw_extremes() const { return method == kSaw || method == kSaMrpo; }
 };
 
 DARA_HD Options options_from_vector(const double* v) {

@@ -88,7 +88,7 @@ void partial_group(const scalar_t* rewards, const AccumulateArgs& a, int64_t g, 
   const int K = KT > 0 ? KT : a.K;
   const Options& o = *a.options;
   const GroupLayout& layout = *a.layout;
-  const bool raw_stats = o.method == kSaw || o.method == kSaMrpo;
+  const bool raw_stats = o.raw_extremes();
   Real base[N], row[N];
   for (int k = 0; k < K; ++k) base[k] = static_cast<Real>(a.base[k]);
   double count[N] = {}, sum[N] = {};
@@ -169,7 +169,7 @@ template <int KT, typename scalar_t>
 void accumulate_groups(const scalar_t* rewards, const AccumulateArgs& a, int64_t g0, int64_t g1, GroupTable& table,
                        ChunkSums<KT>& sums, CompleteBatch<KT>& batch) {
   const Options& o = *a.options;
-  const bool raw_stats = o.method == kSaw || o.method == kSaMrpo;
+  const bool raw_stats = o.raw_extremes();
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t begin = a.layout->begin(g), end = a.layout->end(g);
     const bool may_be_complete = !o.drops_conflicts() && (end - begin >= 2 || !o.singleton_verl);

@@ -142,8 +142,7 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
   if (group_name.has_value()) {
     const std::string name(*group_name);
     acc = group_all_reduce(acc, "sum", name);
-    const bool needs_extrema = (p.options.method == kSaw || p.options.method == kSaMrpo) && !reward_bounds.has_value();
-    if (needs_extrema) ext = group_all_reduce(ext, "max", name);
+    if (p.options.raw_extremes() && !reward_bounds.has_value()) ext = group_all_reduce(ext, "max", name);
   }
   if (accumulators.has_value()) {
     TORCH_CHECK(accumulators->numel() == p.L.size(), "dara: accumulators must have ", p.L.size(), " elements");

@@ -411,11 +411,6 @@ class CompleteBatch {
     };
   }
 
-  void covariance(int c, int e, const double* u, const double* v, double* value) {
-    const auto f = covariance_of(c, e, u, v);
-    for (int64_t i = 0; i < size_; ++i) value[i] = f(i);
-  }
-
   // The same with each row weighted by L_j.
   void token_covariance(int c, int e, const double* u, const double* v, double* value) {
     const double *tsc = at(kTokenSum, c), *tse = at(kTokenSum, e), *tpce = at(kTokenProduct, pair(c, e));
@@ -466,8 +461,8 @@ class CompleteBatch {
     for (int64_t i = 0; i < size_; ++i) dev[i] = tdev[i] = tsum[i] = 0.0;
     for (int c = 0; c < K; ++c) {
       for (int e = 0; e < K; ++e) {
-        covariance(c, e, base + c * capacity_, base + e * capacity_, value);
-        for (int64_t i = 0; i < size_; ++i) dev[i] += value[i];
+        const auto covariance = covariance_of(c, e, base + c * capacity_, base + e * capacity_);
+        for (int64_t i = 0; i < size_; ++i) dev[i] += covariance(i);
         if (!tokens_) continue;
         token_covariance(c, e, base + c * capacity_, base + e * capacity_, value);
         for (int64_t i = 0; i < size_; ++i) tdev[i] += value[i];

@@ -27,7 +27,7 @@ __device__ void accumulate_group(const Problem& p, const Table& t, const float* 
   const int K = KT > 0 ? KT : p.K;
   const int C = L.C;
   const Options& o = p.options;
-  const bool raw_stats = o.method == kSaw || o.method == kSaMrpo;
+  const bool raw_stats = o.raw_extremes();
   int64_t begin, end;
   group_range(p, g, begin, end);
 

@@ -2,7 +2,6 @@
 and thin callers that take PreparedInputs."""
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
@@ -49,24 +48,18 @@ if extension_available():
         return (rewards.new_empty(m, dtype=torch.float64), rewards.new_empty(e, dtype=torch.float64))
 
 
-@functools.lru_cache(maxsize=256)
-def _kernel_vector(opts: AdvantageOptions, reject_inf: bool = False) -> list[float]:
-    """Options are frozen: their packed vector is built once per option set."""
-    return opts.kernel_vector(reject_inf)
-
-
 def _layout_args(inputs: PreparedInputs):
     return (inputs.rewards, inputs.group_index, inputs.group_size, inputs.reward_weights,
             inputs.response_mask, inputs.response_lengths)
 
 
 def kernel_accumulate(inputs: PreparedInputs, opts: AdvantageOptions):
-    return torch.ops.dara.accumulate(*_layout_args(inputs), _kernel_vector(opts))
+    return torch.ops.dara.accumulate.default(*_layout_args(inputs), opts.kernel_vectors[False])
 
 
 def kernel_fused_advantage(inputs: PreparedInputs, opts: AdvantageOptions,
                            accumulators=None, extrema=None, group_name: Optional[str] = None) -> AdvantageOutput:
-    result = torch.ops.dara.fused_advantage(
+    result = torch.ops.dara.fused_advantage.default(
         *_layout_args(inputs), inputs.reward_bounds, accumulators, extrema,
-        _kernel_vector(opts, inputs.kernel_rejects_inf), group_name)
+        opts.kernel_vectors[inputs.kernel_rejects_inf], group_name)
     return output_from_kernel(result, inputs.response_mask is not None)

@@ -36,6 +36,10 @@ def _options(method, preset, **given) -> AdvantageOptions:
         return resolve_options(method, preset, **given)
 
 
+# The option keywords all left at None: the common call, resolved by method and preset alone.
+_NO_OPTIONS = (None,) * 13
+
+
 def fused_advantage(
     rewards: torch.Tensor,
     group_size: Optional[int] = None,
@@ -71,11 +75,15 @@ def fused_advantage(
     groups as `group_size` (contiguous blocks) or `group_index` (any ids).
     Options left as None take the preset's value, then the method's default.
     """
-    opts = _options(
-        method, preset, eps=eps, unbiased=unbiased, scale_by_std=scale_by_std,
-        batch_norm=batch_norm, bn_eps=bn_eps, nan_policy=nan_policy, active_tol=active_tol,
-        alpha=alpha, density_floor=density_floor, saw_delta=saw_delta, sa_gamma=sa_gamma,
-        apply_query_scale=apply_query_scale, singleton=singleton)
+    if (eps, unbiased, scale_by_std, batch_norm, bn_eps, nan_policy, active_tol, alpha, density_floor,
+            saw_delta, sa_gamma, apply_query_scale, singleton) == _NO_OPTIONS:
+        opts = _options(method, preset)
+    else:
+        opts = _options(
+            method, preset, eps=eps, unbiased=unbiased, scale_by_std=scale_by_std,
+            batch_norm=batch_norm, bn_eps=bn_eps, nan_policy=nan_policy, active_tol=active_tol,
+            alpha=alpha, density_floor=density_floor, saw_delta=saw_delta, sa_gamma=sa_gamma,
+            apply_query_scale=apply_query_scale, singleton=singleton)
     rewards = reward_matrix(rewards)
     name = backends.choose_backend(backend, rewards.device, rewards.shape[1])
     inputs = prepare_inputs(

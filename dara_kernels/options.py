@@ -53,6 +53,12 @@ class AdvantageOptions:
     apply_query_scale: bool
     singleton: str
 
+    def __post_init__(self) -> None:
+        # kernel_vector() without and with reject_inf, packed once per option
+        # set: a small batch's call would otherwise spend microseconds hashing
+        # the options to look them up. Not a field (no part of ==, hash or repr).
+        object.__setattr__(self, "kernel_vectors", (self.kernel_vector(False), self.kernel_vector(True)))
+
     def kernel_vector(self, reject_inf: bool = False) -> list[float]:
         """reject_inf: the kernel raises on a +-Inf reward (the CPU kernel's own check)."""
         values = {"reject_inf": reject_inf}

@@ -18,6 +18,7 @@
 #include "group_layout.h"
 #include "group_table.h"
 #include "large_outputs.h"
+#include "new_tensor.h"
 #include "thread_storage.h"
 #include "token_mask.h"
 
@@ -74,7 +75,7 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
     if (response_mask.has_value()) {
       TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
       const at::Tensor mask = response_mask->contiguous();
-      p.token_weights = at::empty({n}, rewards.options().dtype(at::kDouble));
+      p.token_weights = new_tensor({n}, at::kDouble);
       p.mask_prefix.resize(n);
       AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_weights", [&] {
         mask_row_sums(mask.data_ptr<scalar_t>(), n, mask.size(1), p.token_weights.data_ptr<double>(),
@@ -95,12 +96,11 @@ AccumulateArgs accumulate_args(const Problem& p) {
 }
 
 // Returns whether some group's sum was not finite.
-bool run_accumulate(const Problem& p, GroupTable& table, at::Tensor& acc, at::Tensor& extrema) {
+bool run_accumulate(const Problem& p, GroupTable& table, double* acc, double* extrema) {
   if (p.token_weights.defined()) p.layout.ensure_rows();
   bool nonfinite = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.rewards.scalar_type(), "dara_accumulate", [&] {
-    nonfinite = accumulate(p.rewards.data_ptr<scalar_t>(), accumulate_args(p), table, p.L, acc.data_ptr<double>(),
-                           extrema.data_ptr<double>());
+    nonfinite = accumulate(p.rewards.data_ptr<scalar_t>(), accumulate_args(p), table, p.L, acc, extrema);
   });
   return nonfinite;
 }
@@ -120,9 +120,9 @@ std::tuple<at::Tensor, at::Tensor> accumulate_cpu(const at::Tensor& rewards, con
                                                   at::ArrayRef<double> options) {
   Problem p = make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
   GroupTable table(p.layout.num_groups(), p.L.K, p.options);
-  at::Tensor acc = at::empty({p.L.size()}, rewards.options().dtype(at::kDouble));
-  at::Tensor extrema = at::empty({p.L.extrema_size()}, rewards.options().dtype(at::kDouble));
-  run_accumulate(p, table, acc, extrema);
+  at::Tensor acc = new_tensor({p.L.size()}, at::kDouble);
+  at::Tensor extrema = new_tensor({p.L.extrema_size()}, at::kDouble);
+  run_accumulate(p, table, acc.data_ptr<double>(), extrema.data_ptr<double>());
   return {acc, extrema};
 }
 
@@ -136,13 +136,19 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
   Problem p = make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
   const int64_t n = rewards.size(0), K = p.L.K;
   GroupTable table(p.layout.num_groups(), p.L.K, p.options);
-  at::Tensor acc = at::empty({p.L.size()}, rewards.options().dtype(at::kDouble));
-  at::Tensor ext = at::empty({p.L.extrema_size()}, rewards.options().dtype(at::kDouble));
-  if (run_accumulate(p, table, acc, ext) && p.options.reject_inf) reject_inf(p.input_rewards);
+  // This rank's accumulators, in plain vectors: tensors only where the
+  // collectives need them (a small batch pays for every tensor it makes).
+  std::vector<double> local_acc(p.L.size()), local_ext(p.L.extrema_size());
+  if (run_accumulate(p, table, local_acc.data(), local_ext.data()) && p.options.reject_inf) {
+    reject_inf(p.input_rewards);
+  }
+  at::Tensor acc, ext;  // the batch's, when they are not this rank's alone
   if (group_name.has_value()) {
     const std::string name(*group_name);
-    acc = group_all_reduce(acc, "sum", name);
-    if (p.options.raw_extremes() && !reward_bounds.has_value()) ext = group_all_reduce(ext, "max", name);
+    acc = group_all_reduce(at::from_blob(local_acc.data(), {p.L.size()}, at::kDouble), "sum", name);
+    if (p.options.raw_extremes() && !reward_bounds.has_value()) {
+      ext = group_all_reduce(at::from_blob(local_ext.data(), {p.L.extrema_size()}, at::kDouble), "max", name);
+    }
   }
   if (accumulators.has_value()) {
     TORCH_CHECK(accumulators->numel() == p.L.size(), "dara: accumulators must have ", p.L.size(), " elements");
@@ -158,13 +164,13 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
     bounds = reward_bounds->to(at::kDouble).contiguous();
   }
 
-  auto f32 = rewards.options().dtype(at::kFloat);
-  auto i64 = rewards.options().dtype(at::kLong);
-  at::Tensor density = at::empty({K}, f32), weights = at::empty({K}, f32), energy = at::empty({K}, f32);
-  at::Tensor weighted_energy = at::empty({K}, f32), active = at::empty({K}, i64);
-  at::Tensor num_groups = at::empty({}, i64), batch_mean = at::empty({}, f32), batch_std = at::empty({}, f32);
+  const auto f32 = at::kFloat, i64 = at::kLong;
+  at::Tensor density = new_tensor({K}, f32), weights = new_tensor({K}, f32), energy = new_tensor({K}, f32);
+  at::Tensor weighted_energy = new_tensor({K}, f32), active = new_tensor({K}, i64);
+  at::Tensor num_groups = new_tensor({}, i64), batch_mean = new_tensor({}, f32), batch_std = new_tensor({}, f32);
   std::vector<double> combine(p.L.C), shift_scale(2), scratch(2 * K);
-  FinalizeInputs fin{acc.data_ptr<double>(), ext.data_ptr<double>(), p.base.data_ptr<double>(),
+  FinalizeInputs fin{acc.defined() ? acc.data_ptr<double>() : local_acc.data(),
+                     ext.defined() ? ext.data_ptr<double>() : local_ext.data(), p.base.data_ptr<double>(),
                      bounds.defined() ? bounds.data_ptr<double>() : nullptr};
   FinalizeOutputs fout{density.data_ptr<float>(),
                        weights.data_ptr<float>(),
@@ -178,9 +184,9 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
                        shift_scale.data()};
   finalize(p.options, p.L, fin, fout, scratch.data());
 
-  at::Tensor advantages = at::empty({n}, f32);
-  at::Tensor keep = at::empty({n}, rewards.options().dtype(at::kBool));
-  at::Tensor query_scale = at::empty({n}, f32);
+  at::Tensor advantages = new_tensor({n}, f32);
+  at::Tensor keep = new_tensor({n}, at::kBool);
+  at::Tensor query_scale = new_tensor({n}, f32);
   ApplyArgs args{p.L.K,          p.L.C,          &p.options,     p.base.data_ptr<double>(),
                  combine.data(), shift_scale[0], shift_scale[1], &p.layout};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.rewards.scalar_type(), "dara_apply", [&] {
@@ -188,7 +194,7 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
           advantages.data_ptr<float>(), keep.data_ptr<bool>(), query_scale.data_ptr<float>());
   });
 
-  at::Tensor token_advantages = at::empty({0}, f32);
+  at::Tensor token_advantages = new_tensor({0}, f32);
   if (response_mask.has_value()) {
     TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
     const at::Tensor mask = response_mask->contiguous();

@@ -158,11 +158,10 @@ void apply_complete_group(const scalar_t* rewards, const ApplyArgs& a, const Gro
   const Real shift = static_cast<Real>(a.shift), factor = static_cast<Real>(a.scale);
   const GroupLayout& layout = *a.layout;
   if (!layout.sorted()) {
+    // keep and query_scale were filled for the whole chunk (apply_groups).
     for (int64_t p = begin; p < end; ++p) {
       advantages[p] = static_cast<float>((Entry::template signal<KT>(entry, rewards + p * K, K) - shift) * factor);
     }
-    std::fill(keep + begin, keep + end, true);
-    std::fill(query_scale + begin, query_scale + end, 1.0f);
     return;
   }
   for (int64_t p = begin; p < end; ++p) {
@@ -192,6 +191,14 @@ template <int KT, Columns M, typename Real, typename scalar_t>
 void apply_groups(const scalar_t* rewards, const ApplyArgs& a, const GroupTable& table, int64_t g0, int64_t g1,
                   bool skip_affine, float* advantages, bool* keep, float* query_scale) {
   const Options o = *a.options;  // a local copy: the output stores cannot alias it
+  if (!a.layout->sorted() && g0 < g1) {
+    // A complete group keeps every row at query scale 1. Filled for the whole
+    // chunk at once (a fill per group of a few rows does not run in SIMD
+    // lanes); the other groups' rows overwrite it below.
+    const int64_t begin = a.layout->begin(g0), end = a.layout->end(g1 - 1);
+    std::fill(keep + begin, keep + end, true);
+    std::fill(query_scale + begin, query_scale + end, 1.0f);
+  }
   for (int64_t g = g0; g < g1; ++g) {
     const GroupRef stats = table.ref(g);
     const bool real_rows = real_rows_suffice<M, Real>(a, stats);

@@ -63,13 +63,28 @@ std::pair<int64_t, int64_t> id_range(const int64_t* ids, int64_t n, int slices) 
   return {lo, hi};
 }
 
+// Rows ahead whose destination line the scatter asks for (a prefetch for
+// writing) before it stores there. Each row's store misses the cache, and a
+// missing store holds up the stores behind it, so without the request only
+// a few misses are in flight: count and scatter took 5.3 ms at 2 threads
+// without it, 3.9 ms with it, in a standalone copy (N = 2^20, 16-byte rows,
+// 65,536 groups); 8 to 128 rows ahead did alike.
+constexpr int64_t kPlaceAhead = 16;
+
 // Input rows [j0, j1) of src to dst at next[ids[j] - lo]++. The loop's
 // values are locals: the row copies store through char pointers, which may
 // alias anything, and would otherwise reload every captured value per row.
 template <int64_t B>
 void place_rows(const int64_t* __restrict ids, int64_t lo, int64_t j0, int64_t j1, const char* src, char* dst,
                 int64_t row_bytes, int64_t* __restrict next) {
-  for (int64_t j = j0; j < j1; ++j) copy_row<B>(src, j, dst, next[ids[j] - lo]++, row_bytes);
+  if constexpr (B > 0) row_bytes = B;
+  const int64_t ahead_end = std::max(j0, j1 - kPlaceAhead);
+  int64_t j = j0;
+  for (; j < ahead_end; ++j) {
+    __builtin_prefetch(dst + next[ids[j + kPlaceAhead] - lo] * row_bytes, 1, 3);
+    copy_row<B>(src, j, dst, next[ids[j] - lo]++, row_bytes);
+  }
+  for (; j < j1; ++j) copy_row<B>(src, j, dst, next[ids[j] - lo]++, row_bytes);
 }
 
 }  // namespace

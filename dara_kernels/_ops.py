@@ -54,12 +54,12 @@ def _layout_args(inputs: PreparedInputs):
 
 
 def kernel_accumulate(inputs: PreparedInputs, opts: AdvantageOptions):
-    return torch.ops.dara.accumulate.default(*_layout_args(inputs), opts.kernel_vectors[False])
+    return torch.ops.dara.accumulate.default(*_layout_args(inputs), opts.kernel_vectors[0])
 
 
 def kernel_fused_advantage(inputs: PreparedInputs, opts: AdvantageOptions,
                            accumulators=None, extrema=None, group_name: Optional[str] = None) -> AdvantageOutput:
     result = torch.ops.dara.fused_advantage.default(
         *_layout_args(inputs), inputs.reward_bounds, accumulators, extrema,
-        opts.kernel_vectors[inputs.kernel_rejects_inf], group_name)
+        opts.kernel_vectors[1 if inputs.kernel_rejects_inf else 0], group_name)
     return output_from_kernel(result, inputs.response_mask is not None)

@@ -34,11 +34,10 @@ def extensions():
         ) from err
 
     sources = ["csrc/ops.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
-    # The kernels never read floating-point exception flags or errno, so the
-    # compiler may evaluate both sides of a select and inline sqrt: that is what
-    # lets loops over rows and groups run in SIMD lanes. No fused multiply-add,
-    # so every instruction-set copy (csrc/cpu/cpu_isa.h) gives the same bits.
-    cxx = ["-O3", "-std=c++20", "-fno-trapping-math", "-fno-math-errno", "-ffp-contract=off", "-fopenmp"]
+    # -fopenmp: at::parallel_for's OpenMP loop is compiled into the extension.
+    # The kernels read no floating-point exception flags nor errno, so loops
+    # with selects between doubles may run in SIMD lanes (both sides computed).
+    cxx = ["-O3", "-std=c++20", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
     if sys.platform == "darwin":
         cxx.remove("-fopenmp")
     flags = {"cxx": cxx}

@@ -9,7 +9,9 @@ import torch
 from .options import AdvantageOptions
 from .output import AdvantageOutput, output_from_kernel
 from .validation import PreparedInputs
-from .wire import METHODS, OUTPUT_FIELDS, accumulator_sizes, combined_columns
+from .wire import METHODS, OPTION_FIELDS, OUTPUT_FIELDS, accumulator_sizes, combined_columns
+
+POSITIVE = [name for name, _ in OPTION_FIELDS].index("calibration_positive")
 
 try:
     from . import _C  # noqa: F401  (registers torch.ops.dara.*)
@@ -34,7 +36,7 @@ if extension_available():
 
     @torch.library.register_fake("dara::fused_advantage")
     def _fused_advantage_fake(rewards, group_index, group_size, reward_weights, response_mask,
-                              response_lengths, reward_bounds, accumulators, extrema, options, group_name=None):
+                              response_lengths, reward_bounds, accumulators, extrema, options):
         n, k = rewards.shape
         t = response_mask.shape[1] if response_mask is not None else None
         shapes = {"N": (n,), "NT": (n, t) if t is not None else (0,), "K": (k,), "": ()}
@@ -44,7 +46,7 @@ if extension_available():
     def _accumulate_fake(rewards, group_index, group_size, reward_weights, response_mask,
                          response_lengths, options):
         k = rewards.shape[1]
-        m, e = accumulator_sizes(k, combined_columns(METHODS[int(options[0])], k))
+        m, e = accumulator_sizes(k, combined_columns(METHODS[int(options[0])], k, bool(options[POSITIVE])))
         return (rewards.new_empty(m, dtype=torch.float64), rewards.new_empty(e, dtype=torch.float64))
 
 
@@ -58,8 +60,8 @@ def kernel_accumulate(inputs: PreparedInputs, opts: AdvantageOptions):
 
 
 def kernel_fused_advantage(inputs: PreparedInputs, opts: AdvantageOptions,
-                           accumulators=None, extrema=None, group_name: Optional[str] = None) -> AdvantageOutput:
+                           accumulators=None, extrema=None) -> AdvantageOutput:
     result = torch.ops.dara.fused_advantage.default(
         *_layout_args(inputs), inputs.reward_bounds, accumulators, extrema,
-        opts.kernel_vectors[1 if inputs.kernel_rejects_inf else 0], group_name)
+        opts.kernel_vectors[1 if inputs.kernel_rejects_inf else 0])
     return output_from_kernel(result, inputs.response_mask is not None)

@@ -37,7 +37,7 @@ def _options(method, preset, **given) -> AdvantageOptions:
 
 
 # The option keywords all left at None: the common call, resolved by method and preset alone.
-_NO_OPTIONS = (None,) * 13
+_NO_OPTIONS = (None,) * 15
 
 
 def fused_advantage(
@@ -64,6 +64,8 @@ def fused_advantage(
     reward_bounds: Optional[TensorLike] = None,
     apply_query_scale: Optional[bool] = None,
     singleton: Optional[str] = None,
+    calibration: Optional[str] = None,
+    max_weight: Optional[float] = None,
     backend: str = "auto",
     validate: bool = True,
     process_group=None,
@@ -76,21 +78,23 @@ def fused_advantage(
     Options left as None take the preset's value, then the method's default.
     """
     if (eps, unbiased, scale_by_std, batch_norm, bn_eps, nan_policy, active_tol, alpha, density_floor,
-            saw_delta, sa_gamma, apply_query_scale, singleton) == _NO_OPTIONS:
+            saw_delta, sa_gamma, apply_query_scale, singleton, calibration, max_weight) == _NO_OPTIONS:
         opts = _options(method, preset)
     else:
         opts = _options(
             method, preset, eps=eps, unbiased=unbiased, scale_by_std=scale_by_std,
             batch_norm=batch_norm, bn_eps=bn_eps, nan_policy=nan_policy, active_tol=active_tol,
             alpha=alpha, density_floor=density_floor, saw_delta=saw_delta, sa_gamma=sa_gamma,
-            apply_query_scale=apply_query_scale, singleton=singleton)
+            apply_query_scale=apply_query_scale, singleton=singleton, calibration=calibration,
+            max_weight=max_weight)
     rewards = reward_matrix(rewards)
     name = backends.choose_backend(backend, rewards.device, rewards.shape[1])
     inputs = prepare_inputs(
         rewards, group_size=group_size, group_index=group_index, reward_weights=reward_weights,
         response_mask=response_mask, response_lengths=response_lengths,
         reward_bounds=reward_bounds, nan_policy=opts.nan_policy, batch_norm=opts.batch_norm,
-        validate=validate, kernel_rejects_inf=name == "cpu" and process_group is None)
+        validate=validate,
+        value_checks="reduced" if process_group is not None else "cpu-kernel" if name == "cpu" else "here")
     if process_group is None:
         return backends.runner(name)(inputs, opts)
     return distributed_advantage(name, inputs, opts, process_group)

@@ -2,17 +2,15 @@
 the only thing ranks exchange.
 
 accumulate (local) -> all-reduce SUM of the accumulator vector (O(K^2)
-doubles) -> finalize + apply (local, with the global accumulators). Methods
-whose weights need the batch min/max (SAW and SA-MRPO without reward_bounds)
-add one MAX all-reduce of 2K doubles.
+doubles) -> the bad-input check on the summed counts -> finalize + apply
+(local, with the batch's accumulators). Methods whose weights need the batch
+min/max (SAW and SA-MRPO without reward_bounds) add one MAX all-reduce of 2K
+doubles. All collectives are public torch.distributed calls.
 
-Each backend reads its rewards twice, as in one process, except CUDA:
-- cpu: one op call; the kernel all-reduces between its accumulate and
-  finalize through torch's functional collectives (`group_name`).
-- triton: one call; the Python driver all-reduces between its launches.
-- cuda: its finalize runs in accumulate's last block, so the accumulators
-  come from a first op call (`dara::accumulate`) and the second call runs
-  accumulate again to rebuild its per-group table: three reads of the rewards.
+- cpu and cuda: the accumulate op, the all-reduce, then the fused op with the
+  batch's accumulators; the fused op runs accumulate again for its per-group
+  table, so each rank reads its rewards three times.
+- triton: one driver call that all-reduces between its launches (two reads).
 """
 from __future__ import annotations
 
@@ -24,19 +22,44 @@ from .backends import BackendUnavailable
 from .options import AdvantageOptions
 from .output import AdvantageOutput
 from .validation import PreparedInputs
+from .wire import ACCUMULATOR_SEGMENTS, combined_columns, segment_offsets
 
 
 def needs_extrema(opts: AdvantageOptions, has_bounds: bool) -> bool:
     return opts.method in ("saw", "sa_mrpo") and not has_bounds
 
 
-def reduce_accumulators(accumulators: torch.Tensor, extrema: torch.Tensor, process_group,
-                        with_extrema: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _count_slots(inputs: PreparedInputs, opts: AdvantageOptions) -> dict[str, int]:
+    k = inputs.num_rewards
+    offsets = segment_offsets(ACCUMULATOR_SEGMENTS, k, combined_columns(opts.method, k, opts.calibration == "positive"))
+    return {name: offsets[name] for name in ("infinite_rewards", "missing_rewards", "negative_lengths")}
+
+
+def raise_on_bad_input(accumulators: torch.Tensor, inputs: PreparedInputs, opts: AdvantageOptions) -> None:
+    """The same error on every rank, from the all-reduced counts (one host read)."""
+    slots = _count_slots(inputs, opts)
+    infinite, missing, negative = (int(v) for v in accumulators[list(slots.values())].tolist())
+    where = "across the ranks of process_group"
+    if infinite:
+        raise ValueError(f"rewards contain {infinite} +-Inf entries {where}; rewards must be finite or NaN")
+    if missing and opts.nan_policy == "raise":
+        raise ValueError(f'rewards contain {missing} NaN entries {where} and nan_policy="raise"')
+    if negative:
+        raise ValueError(f"response_lengths must be >= 0; {negative} are negative {where}")
+
+
+def reduce_accumulators(accumulators: torch.Tensor, extrema: torch.Tensor, inputs: PreparedInputs,
+                        opts: AdvantageOptions, process_group) -> tuple[torch.Tensor, torch.Tensor]:
     accumulators = accumulators.clone()
+    if inputs.response_lengths is not None:
+        # The kernels count bad rewards as they read them; the lengths are counted here.
+        accumulators[_count_slots(inputs, opts)["negative_lengths"]] = (inputs.response_lengths < 0).sum()
     dist.all_reduce(accumulators, op=dist.ReduceOp.SUM, group=process_group)
-    if with_extrema:
+    if needs_extrema(opts, inputs.reward_bounds is not None):
         extrema = extrema.clone()
         dist.all_reduce(extrema, op=dist.ReduceOp.MAX, group=process_group)
+    if inputs.check_reduced:
+        raise_on_bad_input(accumulators, inputs, opts)
     return accumulators, extrema
 
 
@@ -48,13 +71,10 @@ def distributed_advantage(backend: str, inputs: PreparedInputs, opts: AdvantageO
             "the reference has no accumulate stage to all-reduce")
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("process_group was given but torch.distributed is not initialised")
-    with_extrema = needs_extrema(opts, inputs.reward_bounds is not None)
 
     def reduce(accumulators, extrema):
-        return reduce_accumulators(accumulators, extrema, process_group, with_extrema)
+        return reduce_accumulators(accumulators, extrema, inputs, opts, process_group)
 
-    if backend == "cpu":
-        return _ops.kernel_fused_advantage(inputs, opts, group_name=process_group.group_name)
     if backend == "triton":
         from .triton import triton_fused_advantage
 

@@ -8,13 +8,24 @@ method's default. The resolved set is what every backend receives; its
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+import math
+from typing import Any, Mapping, Optional
 
 from .wire import BATCH_NORM_CODE, BATCH_NORMS, METHOD_CODE, METHODS, OPTION_FIELDS
 
 PRESETS = ("default", "trl", "verl")
 NAN_POLICIES = ("ignore", "zero", "raise")
 SINGLETON_RULES = ("zero", "verl")
+CALIBRATIONS = ("positive", "symmetric")
+# Options that exist for some methods only: a calibration applies to the
+# methods whose s_j is a weighted sum of the A_jk, the cap to DARA's weights.
+_METHOD_ONLY = {"calibration": ("dara", "static"), "max_weight": ("dara",)}
+# DARA's defaults are the authors' main method, DARA-Asym: only positive
+# advantages are amplified, by at most 5x the densest reward's weight.
+_METHOD_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "dara": {"calibration": "positive", "max_weight": 5.0},
+    "static": {"calibration": "symmetric"},
+}
 
 _PRESET_VALUES: Mapping[str, Mapping[str, Any]] = {
     "default": {},
@@ -52,6 +63,8 @@ class AdvantageOptions:
     sa_gamma: float
     apply_query_scale: bool
     singleton: str
+    calibration: Optional[str]   # "positive" | "symmetric" for dara and static, else None
+    max_weight: Optional[float]  # dara only (math.inf: no cap), else None
 
     def __post_init__(self) -> None:
         # kernel_vector() without and with reject_inf, packed once per option
@@ -73,6 +86,8 @@ _ENCODED = {
     "batch_norm": lambda o: BATCH_NORM_CODE[o.batch_norm],
     "nan_to_zero": lambda o: o.nan_policy == "zero",
     "singleton_verl": lambda o: o.singleton == "verl",
+    "calibration_positive": lambda o: o.calibration == "positive",
+    "max_weight": lambda o: math.inf if o.max_weight is None else o.max_weight,
 }
 
 
@@ -97,6 +112,15 @@ def _flag(name: str, value: Any) -> bool:
     return value
 
 
+def _max_weight(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"max_weight must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not value > 0.0:
+        raise ValueError(f"max_weight must be > 0 (math.inf for no cap), got {value}")
+    return value
+
+
 def resolve_options(method: str, preset: str | None, **given: Any) -> AdvantageOptions:
     """Merge explicit keywords (None means 'not given') over preset and defaults."""
     method = _choice("method", method, METHODS)
@@ -104,7 +128,13 @@ def resolve_options(method: str, preset: str | None, **given: Any) -> AdvantageO
     merged = dict(_DEFAULTS)
     merged["batch_norm"] = default_batch_norm(method)
     merged.update(_PRESET_VALUES[preset])
-    merged.update({k: v for k, v in given.items() if v is not None})
+    given = {k: v for k, v in given.items() if v is not None}
+    for name, methods in _METHOD_ONLY.items():
+        if name in given and method not in methods:
+            raise ValueError(f"{name} applies to method={' or '.join(map(repr, methods))} only, "
+                             f"not method={method!r}")
+    merged.update({"calibration": None, "max_weight": None, **_METHOD_DEFAULTS.get(method, {})})
+    merged.update(given)
 
     for name in ("eps", "bn_eps", "active_tol", "alpha", "density_floor", "saw_delta", "sa_gamma"):
         merged[name] = _non_negative(name, merged[name])
@@ -115,4 +145,8 @@ def resolve_options(method: str, preset: str | None, **given: Any) -> AdvantageO
     merged["batch_norm"] = _choice("batch_norm", merged["batch_norm"], BATCH_NORMS)
     merged["nan_policy"] = _choice("nan_policy", merged["nan_policy"], NAN_POLICIES)
     merged["singleton"] = _choice("singleton", merged["singleton"], SINGLETON_RULES)
+    if merged["calibration"] is not None:
+        merged["calibration"] = _choice("calibration", merged["calibration"], CALIBRATIONS)
+    if merged["max_weight"] is not None:
+        merged["max_weight"] = _max_weight(merged["max_weight"])
     return AdvantageOptions(method=method, preset=preset, **merged)

@@ -71,15 +71,19 @@ def raw_batch_stats(r, valid):
     return count, mean, std, lo, hi
 
 
+def dara_weights(opts, b, density) -> torch.Tensor:
+    """w_k = b_k min(max_weight, (pi'_k / max_l pi'_l)^(-alpha)), pi'_k = max(pi_k, density_floor);
+    a ratio with a zero maximum is 0, so a reward active nowhere gets b_k max_weight."""
+    floored = density.clamp(min=opts.density_floor)
+    top = floored.max()
+    ratio = floored / top if top > 0 else torch.zeros_like(floored)
+    return b * (ratio ** (-opts.alpha)).clamp(max=opts.max_weight)
+
+
 def method_weights(opts, b, density, r, valid, bounds) -> torch.Tensor:
     """docs/spec.md#weights for the methods with one weight per reward."""
     if opts.method == "dara":
-        floored = density.clamp(min=opts.density_floor)
-        present = density > 0
-        inv = torch.where(present, floored.clamp(min=1e-300) ** (-opts.alpha), 0.0)
-        if not present.any():
-            return torch.zeros_like(b)
-        return b * inv / inv[present].mean()
+        return dara_weights(opts, b, density)
     if opts.method in ("saw", "sa_mrpo"):
         count, mean, std, lo, hi = raw_batch_stats(r, valid)
         if bounds is not None:
@@ -93,6 +97,17 @@ def method_weights(opts, b, density, r, valid, bounds) -> torch.Tensor:
         sat = torch.where((count > 0) & (span > 0), ((mean - lo) / span).clamp(0, 1), 0.0)
         return b * (1 - sat) ** opts.sa_gamma
     return b.clone()
+
+
+def calibrated_columns(adv, weights, b, density, opts) -> torch.Tensor:
+    """docs/spec.md#aggregation: each reward's part of s_j, w_k A_jk, or
+    A_jk + (w_k - 1)[A_jk]_+ under positive calibration; a DARA reward with
+    pi_k = 0 takes b_k in place of w_k."""
+    if opts.method == "dara":
+        weights = torch.where(density > 0, weights, b)
+    if opts.calibration == "positive":
+        return adv + (weights - 1) * adv.clamp(min=0)
+    return adv * weights
 
 
 def batch_normalise(s, rows, token_weights, opts):
@@ -149,8 +164,9 @@ def reference_advantage(inputs: PreparedInputs, opts: AdvantageOptions) -> Advan
         weighted_energy = (contrib ** 2).sum(0)
     else:
         weights = method_weights(opts, b, density, r, valid, inputs.reward_bounds)
-        s = adv @ weights
-        weighted_energy = weights ** 2 * energy
+        columns = calibrated_columns(adv, weights, b, density, opts)
+        s = columns.sum(1)
+        weighted_energy = (columns ** 2).sum(0)
 
     if opts.method == "gd2po_hard":
         conflict = (adv > 0).any(1) & (adv < 0).any(1)

@@ -31,6 +31,7 @@ class PreparedInputs(NamedTuple):
     response_lengths: Optional[torch.Tensor]  # [N] float64
     reward_bounds: Optional[torch.Tensor]     # [K, 2] float64
     kernel_rejects_inf: bool = False          # the CPU kernel checks for +-Inf in its own pass
+    check_reduced: bool = False               # distributed: the all-reduced accumulators' counts are checked
 
     @property
     def num_rows(self) -> int:
@@ -56,23 +57,11 @@ def _check_tensor(name: str, value, device: torch.device) -> torch.Tensor:
     return value
 
 
-def _nansum_is_finite(values: torch.Tensor) -> bool:
-    if not values.is_cpu:
-        return math.isfinite(torch.nansum(values).item())
-    # On one thread: a memory-bound sum gains little from a second one, and a
-    # thread team waits on any member that a busy neighbour process preempts.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return math.isfinite(torch.nansum(values).item())
-    finally:
-        torch.set_num_threads(threads)
-
-
 def _finite_or_raise(name: str, values: torch.Tensor) -> None:
-    # A finite nansum proves there is no Inf at the cost of one fast reduction;
-    # only a non-finite sum (an Inf, or an overflow) pays for the exact check.
-    if _nansum_is_finite(values) or not torch.isinf(values).any():
+    # A finite nansum proves there is no Inf at the cost of one reduction that
+    # allocates nothing; only a non-finite sum (an Inf, or an overflow) pays
+    # for the exact check.
+    if math.isfinite(torch.nansum(values).item()) or not torch.isinf(values).any():
         return
     row = torch.nonzero(torch.isinf(values))[0].tolist()
     raise ValueError(f"{name} contains +-Inf at index {tuple(row)}; rewards must be finite or NaN")
@@ -115,10 +104,15 @@ def prepare_inputs(
     nan_policy: str,
     batch_norm: str,
     validate: bool,
-    kernel_rejects_inf: bool = False,
+    value_checks: str = "here",
 ) -> PreparedInputs:
-    """kernel_rejects_inf: the backend that runs the call (the CPU kernel) checks
-    rewards for +-Inf in its own pass, so no separate pass here."""
+    """value_checks says who checks the rewards for +-Inf (and NaN under
+    nan_policy="raise") and the lengths for negatives: "here"; "cpu-kernel"
+    (the CPU kernel counts +-Inf in its own pass, so no separate pass here;
+    NaN and lengths are checked here); "reduced" (distributed mode: every
+    rank's kernel counts them into the accumulators, and after the
+    all-reduce every rank raises the same error, so none waits in a
+    collective for a rank that raised alone)."""
     rewards = reward_matrix(rewards)
     n, k = rewards.shape
     device = rewards.device
@@ -181,18 +175,18 @@ def prepare_inputs(
         if lengths.dtype == torch.bool or lengths.is_complex():
             raise TypeError(f"response_lengths must be integer or floating, got {lengths.dtype}")
         lengths = lengths.to(torch.float64).contiguous()
-        if validate and (lengths < 0).any():
+        if validate and value_checks != "reduced" and (lengths < 0).any():
             raise ValueError(f"response_lengths must be >= 0; row {int(torch.nonzero(lengths < 0)[0])} is negative")
     if batch_norm == "token" and mask is None and lengths is None:
         raise ValueError('batch_norm="token" needs response_mask or response_lengths for token weights')
 
-    if validate and n:
+    if validate and n and value_checks != "reduced":
         # Under nan_policy="raise" the rewards are read here anyway, and an
         # Inf is still reported before a NaN.
-        if not kernel_rejects_inf or nan_policy == "raise":
+        if value_checks == "here" or nan_policy == "raise":
             _finite_or_raise("rewards", rewards)
         if nan_policy == "raise" and torch.isnan(rewards).any():
             row, col = torch.nonzero(torch.isnan(rewards))[0].tolist()
             raise ValueError(f'rewards has NaN at row {row}, column {col} and nan_policy="raise"')
     return PreparedInputs(rewards, group_size or 0, group_index, weights, mask, lengths, bounds,
-                          validate and kernel_rejects_inf)
+                          validate and value_checks == "cpu-kernel", validate and value_checks == "reduced")

@@ -32,8 +32,11 @@ OPTION_FIELDS = (
     ("sa_gamma", "double"),
     ("apply_query_scale", "bool"),
     ("singleton_verl", "bool"),
-    # Set only for the CPU kernel, which checks for +-Inf rewards in its own
-    # pass over them; the Python layer checks for the other backends.
+    # DARA and static: s_j sums Z + (w - 1) [Z]_+ (positive calibration) instead of w Z.
+    ("calibration_positive", "bool"),
+    ("max_weight", "double"),
+    # The CPU kernel raises on a +-Inf reward that its accumulate pass counted;
+    # the Python layer checks for the other backends.
     ("reject_inf", "bool"),
 )
 
@@ -43,6 +46,11 @@ ACCUMULATOR_SEGMENTS = (
     ("groups", "1"),          # B
     ("rows", "1"),            # kept, scorable responses
     ("token_total", "1"),     # sum of L_j over those rows
+    # Bad input, counted so that after the all-reduce every rank sees it and
+    # raises the same error (no rank is left waiting in a collective).
+    ("infinite_rewards", "1"),  # +-Inf entries
+    ("missing_rewards", "1"),   # NaN entries (an error under nan_policy="raise")
+    ("negative_lengths", "1"),  # response_lengths below 0
     ("active", "K"),          # active groups per reward
     ("energy", "K"),          # sum_j A_jk^2
     ("raw_count", "K"),       # valid raw entries per reward
@@ -95,8 +103,13 @@ def segment_offsets(segments, k: int, c: int) -> dict[str, int]:
     return offsets
 
 
-def combined_columns(method: str, k: int) -> int:
-    return 1 if method == "grpo" else k
+def combined_columns(method: str, k: int, positive: bool = False) -> int:
+    """C: GRPO's one summed column; under positive calibration sum_k A_jk and
+    then each [A_jk]_+ (s_j = sum_k A_jk + sum_k (w_k - 1) [A_jk]_+ is a
+    linear form in these K + 1 columns); else each A_jk."""
+    if method == "grpo":
+        return 1
+    return k + 1 if positive else k
 
 
 def accumulator_sizes(k: int, c: int) -> tuple[int, int]:
@@ -144,6 +157,10 @@ _OPTION_PREDICATES = """\
   DARA_HD bool drops_conflicts() const { return method == kGd2poHard; }
   // SAW and SA-MRPO: the batch's raw sums of squares and extremes.
   DARA_HD bool raw_extremes() const { return method == kSaw || method == kSaMrpo; }
+  // sum_k A_jk, then each [A_jk]_+ (DARA and static, calibration="positive").
+  DARA_HD bool positive_parts() const { return calibration_positive; }
+  // C: the columns s_j is a linear form in (wire.combined_columns).
+  DARA_HD int combined_columns(int K) const { return combined_column() ? 1 : positive_parts() ? K + 1 : K; }
 """
 
 
@@ -207,7 +224,7 @@ def cpp_header() -> str:
               "constexpr const char* kFusedAdvantageSchema =",
               '    "fused_advantage(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "',
               '    "Tensor? response_mask, Tensor? response_lengths, Tensor? reward_bounds, Tensor? accumulators, "',
-              '    "Tensor? extrema, float[] options, str? group_name=None) -> ("']
+              '    "Tensor? extrema, float[] options) -> ("']
     chunks = [", ".join(returns[i:i + 4]) for i in range(0, len(returns), 4)]
     lines += [f'    "{chunk}, "' for chunk in chunks[:-1]] + [f'    "{chunks[-1]})";']
     lines += [

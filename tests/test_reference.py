@@ -23,9 +23,10 @@ def test_energy_equals_groups_times_g_minus_one_times_density(seed):
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_dara_equalises_weighted_energy(seed):
+def test_dara_sym_without_a_cap_equalises_weighted_energy(seed):
     rewards, g = ideal_batch(seed)
-    out = dk.fused_advantage(rewards, g, method="dara", eps=0.0, backend="reference")
+    out = dk.fused_advantage(rewards, g, method="dara", eps=0.0, calibration="symmetric", max_weight=math.inf,
+                             backend="reference")
     present = out.density > 0
     we = out.weighted_energy[present].double()
     assert present.sum() >= 2

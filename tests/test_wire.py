@@ -34,8 +34,9 @@ def test_accumulator_offsets_tile_the_vector():
     offsets = wire.segment_offsets(wire.ACCUMULATOR_SEGMENTS, 5, 5)
     starts = [offsets[name] for name, _ in wire.ACCUMULATOR_SEGMENTS] + [offsets["size"]]
     assert starts == sorted(starts) and starts[0] == 0
-    assert wire.accumulator_sizes(5, 5) == (3 + 6 * 5 + 2 * 5 + 2 * 25, 10)
-    assert wire.accumulator_sizes(5, 1) == (3 + 6 * 5 + 2 + 2, 10)
+    assert wire.accumulator_sizes(5, 5) == (6 + 6 * 5 + 2 * 5 + 2 * 25, 10)
+    assert wire.accumulator_sizes(5, 1) == (6 + 6 * 5 + 2 + 2, 10)
+    assert wire.accumulator_sizes(5, 10) == (6 + 6 * 5 + 2 * 10 + 2 * 100, 10)
 
 
 @pytest.mark.skipif(not dk.extension_available(), reason="needs the compiled extension")
@@ -51,4 +52,5 @@ def test_kernel_accumulators_have_the_wire_size(method):
     opts = resolve_options(method, None)
     acc, ext = torch.ops.dara.accumulate(case.rewards, None, 8, torch.ones(4, dtype=torch.float64), None, None,
                                          opts.kernel_vector())
-    assert (acc.numel(), ext.numel()) == wire.accumulator_sizes(4, wire.combined_columns(method, 4))
+    columns = wire.combined_columns(method, 4, opts.calibration == "positive")
+    assert (acc.numel(), ext.numel()) == wire.accumulator_sizes(4, columns)

@@ -54,23 +54,25 @@ DARA_HD double upper_bound(const AccumulatorLayout& L, const FinalizeInputs& in,
   return in.bounds ? in.bounds[2 * k + 1] : in.extrema[L.max_reward(k)];
 }
 
+// DARA: w_k = b_k min(max_weight, (pi'_k / max_l pi'_l)^(-alpha)), with
+// pi'_k = max(pi_k, density_floor); the ratio is 0 when every pi'_l is, so a
+// reward active nowhere gets b_k max_weight (pow(0, -alpha) is +inf).
+DARA_HD void dara_weights(const Options& o, const double* base, const double* density, int K, double* w) {
+  double top = 0.0;
+  for (int k = 0; k < K; ++k) top = fmax(top, fmax(density[k], o.density_floor));
+  for (int k = 0; k < K; ++k) {
+    const double ratio = top > 0.0 ? fmax(density[k], o.density_floor) / top : 0.0;
+    w[k] = base[k] * fmin(o.max_weight, pow(ratio, -o.alpha));
+  }
+}
+
 // Writes w_k (docs/spec.md#weights) into `w`.
 DARA_HD void method_weights(const Options& o, const AccumulatorLayout& L, const FinalizeInputs& in,
                             const double* density, double* w) {
   const int K = L.K;
   const double* acc = in.acc;
   if (o.method == kDara) {
-    double total = 0.0;
-    int present = 0;
-    for (int k = 0; k < K; ++k) {
-      if (density[k] > 0.0) {
-        total += pow(fmax(density[k], o.density_floor), -o.alpha);
-        ++present;
-      }
-    }
-    for (int k = 0; k < K; ++k) {
-      w[k] = density[k] > 0.0 ? in.base[k] * pow(fmax(density[k], o.density_floor), -o.alpha) / (total / present) : 0.0;
-    }
+    dara_weights(o, in.base, density, K, w);
   } else if (o.method == kSaw) {
     double cv_total = 0.0;
     for (int k = 0; k < K; ++k) {
@@ -116,16 +118,32 @@ DARA_HD void finalize(const Options& o, const AccumulatorLayout& L, const Finali
       out.weighted_energy[k] = static_cast<float>(acc[L.cross(k, k)]);
       out.combine[k] = 1.0;
     }
-  } else {
+  } else if (o.combined_column()) {
     method_weights(o, L, in, density, w);
     for (int k = 0; k < K; ++k) {
       out.weights[k] = static_cast<float>(w[k]);
       out.weighted_energy[k] = static_cast<float>(w[k] * w[k] * acc[L.energy(k)]);
     }
-    if (o.combined_column()) {
-      out.combine[0] = 1.0;
-    } else {
-      for (int k = 0; k < K; ++k) out.combine[k] = w[k];
+    out.combine[0] = 1.0;
+  } else {
+    // Reward k's part of s_j is u_k A_jk + v_k [A_jk]_+ (docs/spec.md#aggregation):
+    // w_k A_jk, or A_jk + (w_k - 1) [A_jk]_+ under positive calibration, with
+    // b_k in place of a DARA weight w_k where pi_k = 0.
+    method_weights(o, L, in, density, w);
+    const bool positive = o.positive_parts();
+    if (positive) out.combine[0] = 1.0;
+    for (int k = 0; k < K; ++k) {
+      const double applied = o.method == kDara && density[k] == 0.0 ? in.base[k] : w[k];
+      const double u = positive ? 1.0 : applied, v = positive ? applied - 1.0 : 0.0;
+      if (positive) {
+        out.combine[1 + k] = v;
+      } else {
+        out.combine[k] = u;
+      }
+      // sum_j (u A + v [A]_+)^2, where sum_j A [A]_+ = sum_j [A]_+^2.
+      const double positive_energy = positive ? acc[L.cross(1 + k, 1 + k)] : 0.0;
+      out.weights[k] = static_cast<float>(w[k]);
+      out.weighted_energy[k] = static_cast<float>(u * u * acc[L.energy(k)] + (2.0 * u * v + v * v) * positive_energy);
     }
   }
 

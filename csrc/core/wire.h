@@ -26,7 +26,7 @@ constexpr int kMaxCpuRewards = 64;
 constexpr int kMaxCudaRewards = 16;
 constexpr int kMaxTritonRewards = 16;
 
-constexpr int kNumOptions = 15;
+constexpr int kNumOptions = 17;
 
 struct Options {
   int method;
@@ -43,6 +43,8 @@ struct Options {
   double sa_gamma;
   bool apply_query_scale;
   bool singleton_verl;
+  bool calibration_positive;
+  double max_weight;
   bool reject_inf;
 
   DARA_HD bool combined_column() const { return method == kGrpo; }
@@ -50,6 +52,10 @@ struct Options {
   DARA_HD bool drops_conflicts() const { return method == kGd2poHard; }
   // SAW and SA-MRPO: the batch's raw sums of squares and extremes.
   DARA_HD bool raw_extremes() const { return method == kSaw || method == kSaMrpo; }
+  // sum_k A_jk, then each [A_jk]_+ (DARA and static, calibration="positive").
+  DARA_HD bool positive_parts() const { return calibration_positive; }
+  // C: the columns s_j is a linear form in (wire.combined_columns).
+  DARA_HD int combined_columns(int K) const { return combined_column() ? 1 : positive_parts() ? K + 1 : K; }
 };
 
 DARA_HD Options options_from_vector(const double* v) {
@@ -68,7 +74,9 @@ DARA_HD Options options_from_vector(const double* v) {
   o.sa_gamma = v[11];
   o.apply_query_scale = v[12] != 0.0;
   o.singleton_verl = v[13] != 0.0;
-  o.reject_inf = v[14] != 0.0;
+  o.calibration_positive = v[14] != 0.0;
+  o.max_weight = v[15];
+  o.reject_inf = v[16] != 0.0;
   return o;
 }
 
@@ -81,17 +89,20 @@ struct AccumulatorLayout {
   DARA_HD int groups() const { return 0; }
   DARA_HD int rows() const { return 1; }
   DARA_HD int token_total() const { return 2; }
-  DARA_HD int active(int k) const { return 3 + k; }
-  DARA_HD int energy(int k) const { return 3 + K + k; }
-  DARA_HD int raw_count(int k) const { return 3 + 2 * K + k; }
-  DARA_HD int raw_sum(int k) const { return 3 + 3 * K + k; }
-  DARA_HD int raw_sum_sq(int k) const { return 3 + 4 * K + k; }
-  DARA_HD int group_weight(int k) const { return 3 + 5 * K + k; }
-  DARA_HD int signal(int c) const { return 3 + 6 * K + c; }
-  DARA_HD int token_signal(int c) const { return 3 + 6 * K + C + c; }
-  DARA_HD int cross(int c, int d) const { return 3 + 6 * K + 2 * C + c * C + d; }
-  DARA_HD int token_cross(int c, int d) const { return 3 + 6 * K + 2 * C + C * C + c * C + d; }
-  DARA_HD int size() const { return 3 + 6 * K + 2 * C + 2 * C * C; }
+  DARA_HD int infinite_rewards() const { return 3; }
+  DARA_HD int missing_rewards() const { return 4; }
+  DARA_HD int negative_lengths() const { return 5; }
+  DARA_HD int active(int k) const { return 6 + k; }
+  DARA_HD int energy(int k) const { return 6 + K + k; }
+  DARA_HD int raw_count(int k) const { return 6 + 2 * K + k; }
+  DARA_HD int raw_sum(int k) const { return 6 + 3 * K + k; }
+  DARA_HD int raw_sum_sq(int k) const { return 6 + 4 * K + k; }
+  DARA_HD int group_weight(int k) const { return 6 + 5 * K + k; }
+  DARA_HD int signal(int c) const { return 6 + 6 * K + c; }
+  DARA_HD int token_signal(int c) const { return 6 + 6 * K + C + c; }
+  DARA_HD int cross(int c, int d) const { return 6 + 6 * K + 2 * C + c * C + d; }
+  DARA_HD int token_cross(int c, int d) const { return 6 + 6 * K + 2 * C + C * C + c * C + d; }
+  DARA_HD int size() const { return 6 + 6 * K + 2 * C + 2 * C * C; }
 
   DARA_HD int max_reward(int k) const { return k; }
   DARA_HD int max_negated_reward(int k) const { return K + k; }
@@ -165,7 +176,7 @@ const T& output_at(const OutputsOf<T>& o, int field) {
 constexpr const char* kFusedAdvantageSchema =
     "fused_advantage(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "
     "Tensor? response_mask, Tensor? response_lengths, Tensor? reward_bounds, Tensor? accumulators, "
-    "Tensor? extrema, float[] options, str? group_name=None) -> ("
+    "Tensor? extrema, float[] options) -> ("
     "Tensor advantages, Tensor token_advantages, Tensor density, Tensor weights, "
     "Tensor energy, Tensor weighted_energy, Tensor active_groups, Tensor num_groups, "
     "Tensor batch_mean, Tensor batch_std, Tensor keep, Tensor query_scale)";

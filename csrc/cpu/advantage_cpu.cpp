@@ -1,11 +1,11 @@
 // CPU implementation of dara::fused_advantage and dara::accumulate:
-// accumulate -> (optional all-reduced accumulators) -> finalize -> apply.
+// layout -> accumulate -> finalize (with the caller's all-reduced
+// accumulators in distributed mode) -> apply -> token output.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
 
 #include <optional>
-#include <string>
 #include <tuple>
 #include <vector>
 
@@ -14,13 +14,8 @@
 #include "../op_outputs.h"
 #include "accumulate.h"
 #include "apply.h"
-#include "group_all_reduce.h"
 #include "group_layout.h"
-#include "group_table.h"
-#include "large_outputs.h"
-#include "new_tensor.h"
-#include "thread_storage.h"
-#include "token_mask.h"
+#include "token_output.h"
 
 namespace dara {
 namespace {
@@ -30,86 +25,66 @@ using OptTensor = std::optional<at::Tensor>;
 struct Problem {
   Options options;
   AccumulatorLayout L;
-  at::Tensor ids;  // group_index as int64: a dense layout keys its rows by them
   GroupLayout layout;
-  at::Tensor rewards;        // in group order: gathered for a group_index layout
-  at::Tensor input_rewards;  // in input order
-  at::Tensor base;
-  at::Tensor token_weights;          // undefined unless batch_norm is "token"
-  std::vector<int64_t> mask_prefix;  // from the token-weight pass over the mask, else empty
+  at::Tensor rewards, base, token_weights;
+  RewardMatrix rows;
+
+  AccumulateArgs args() const {
+    return {rows, &options, base.const_data_ptr<double>(),
+            token_weights.defined() ? token_weights.const_data_ptr<double>() : nullptr, &layout};
+  }
 };
+
+at::Tensor token_weights_of(const Options& o, const OptTensor& mask, const OptTensor& lengths, int64_t n) {
+  if (o.batch_norm != kTokenNorm) return {};
+  if (lengths.has_value()) {
+    TORCH_CHECK(lengths->numel() == n, "dara: response_lengths must have N elements");
+    return lengths->to(at::kDouble).contiguous();
+  }
+  TORCH_CHECK(mask.has_value(), "dara: token batch normalisation needs response_mask or response_lengths");
+  const at::Tensor m = mask->contiguous();
+  at::Tensor weights = at::empty({n}, at::kDouble);
+  AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, m.scalar_type(), "dara_token_weights", [&] {
+    mask_row_sums(m.const_data_ptr<scalar_t>(), n, m.size(1), weights.data_ptr<double>());
+  });
+  return weights;
+}
 
 Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
                      const at::Tensor& reward_weights, const OptTensor& response_mask,
                      const OptTensor& response_lengths, at::ArrayRef<double> options) {
   TORCH_CHECK(options.size() == kNumOptions, "dara: expected ", kNumOptions, " options, got ", options.size());
-  TORCH_CHECK(rewards.dim() == 2, "dara: rewards must be [N, K]");
-  TORCH_CHECK(rewards.device().is_cpu(), "dara: the CPU kernel needs CPU tensors");
+  TORCH_CHECK(rewards.dim() == 2 && rewards.device().is_cpu(), "dara: rewards must be a [N, K] CPU tensor");
   const int64_t n = rewards.size(0), K = rewards.size(1);
-  TORCH_CHECK(K >= 1, "dara: rewards need at least one column");
+  TORCH_CHECK(K >= 1 && K <= kMaxCpuRewards, "dara: the CPU backend supports 1 to ", kMaxCpuRewards,
+              " reward columns, got ", K);
   TORCH_CHECK(reward_weights.numel() == K, "dara: reward_weights must have K elements");
+  if (response_mask.has_value()) {
+    TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
+  }
+  // Rows are read as float or double; narrower rewards are exactly float.
+  const bool is_double = rewards.scalar_type() == at::kDouble;
   Problem p{.options = options_from_vector(options.data()),
-            .rewards = rewards.contiguous(),
+            .rewards = rewards.to(is_double ? at::kDouble : at::kFloat).contiguous(),
             .base = reward_weights.to(at::kDouble).contiguous()};
-  p.input_rewards = p.rewards;
-  p.L = AccumulatorLayout{static_cast<int>(K), p.options.combined_column() ? 1 : static_cast<int>(K)};
+  p.L = AccumulatorLayout{static_cast<int>(K), p.options.combined_columns(static_cast<int>(K))};
   if (group_index.has_value()) {
     TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
-    p.ids = group_index->to(at::kLong).contiguous();
-    // The rewards in group order live only during this call: scratch kept per
-    // thread (thread_storage.h), so a stream of calls neither maps nor
-    // page-faults a copy of the rewards each time.
-    const int64_t bytes = p.rewards.numel() * static_cast<int64_t>(p.rewards.element_size());
-    at::Tensor gathered = at::from_blob(thread_storage<double, kGroupOrderRewards>((bytes + 7) / 8), p.rewards.sizes(),
-                                        p.rewards.options());
-    p.layout = GroupLayout::from_ids(
-        p.ids.data_ptr<int64_t>(), n,
-        RowCopy{static_cast<const char*>(p.rewards.const_data_ptr()),
-                K * static_cast<int64_t>(p.rewards.element_size()), static_cast<char*>(gathered.data_ptr())});
-    p.rewards = gathered;
+    const at::Tensor ids = group_index->to(at::kLong).contiguous();
+    p.layout = GroupLayout::from_ids(ids.const_data_ptr<int64_t>(), n);
   } else {
     TORCH_CHECK(group_size >= 1 && n % group_size == 0, "dara: group_size must divide N");
     p.layout = GroupLayout::contiguous(n, group_size);
   }
-  if (p.options.batch_norm == kTokenNorm) {
-    if (response_mask.has_value()) {
-      TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
-      const at::Tensor mask = response_mask->contiguous();
-      p.token_weights = new_tensor({n}, at::kDouble);
-      p.mask_prefix.resize(n);
-      AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_weights", [&] {
-        mask_row_sums(mask.data_ptr<scalar_t>(), n, mask.size(1), p.token_weights.data_ptr<double>(),
-                      p.mask_prefix.data());
-      });
-    } else {
-      TORCH_CHECK(response_lengths.has_value() && response_lengths->numel() == n,
-                  "dara: token batch normalisation needs response_mask or response_lengths");
-      p.token_weights = response_lengths->to(at::kDouble).contiguous();
-    }
-  }
+  p.token_weights = token_weights_of(p.options, response_mask, response_lengths, n);
+  p.rows = RewardMatrix{p.rewards.const_data_ptr(), is_double, static_cast<int>(K)};
   return p;
 }
 
-AccumulateArgs accumulate_args(const Problem& p) {
-  return {p.L.K, &p.options, p.base.data_ptr<double>(),
-          p.token_weights.defined() ? p.token_weights.data_ptr<double>() : nullptr, &p.layout};
-}
-
-// Returns whether some group's sum was not finite.
-bool run_accumulate(const Problem& p, GroupTable& table, double* acc, double* extrema) {
-  if (p.token_weights.defined()) p.layout.ensure_rows();
-  bool nonfinite = false;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.rewards.scalar_type(), "dara_accumulate", [&] {
-    nonfinite = accumulate(p.rewards.data_ptr<scalar_t>(), accumulate_args(p), table, p.L, acc, extrema);
-  });
-  return nonfinite;
-}
-
-// Accumulate's sums pass through every reward, so an infinite one shows as a
-// group sum that is not finite; only then are the rewards searched, for the
-// first one in input order (a sum can also overflow with finite rewards).
-void reject_inf(const at::Tensor& input_rewards) {
-  const at::Tensor where = at::nonzero(at::isinf(input_rewards));
+// accumulate counted the infinite rewards; only then are they searched, for
+// the first one in input order.
+void reject_inf(const at::Tensor& rewards) {
+  const at::Tensor where = at::nonzero(at::isinf(rewards));
   TORCH_CHECK_VALUE(where.size(0) == 0, "rewards contains +-Inf at index (", where[0][0].item<int64_t>(), ", ",
                     where[0][1].item<int64_t>(), "); rewards must be finite or NaN");
 }
@@ -118,106 +93,81 @@ std::tuple<at::Tensor, at::Tensor> accumulate_cpu(const at::Tensor& rewards, con
                                                   int64_t group_size, const at::Tensor& reward_weights,
                                                   const OptTensor& response_mask, const OptTensor& response_lengths,
                                                   at::ArrayRef<double> options) {
-  Problem p = make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
+  const Problem p =
+      make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
   GroupTable table(p.layout.num_groups(), p.L.K, p.options);
-  at::Tensor acc = new_tensor({p.L.size()}, at::kDouble);
-  at::Tensor extrema = new_tensor({p.L.extrema_size()}, at::kDouble);
-  run_accumulate(p, table, acc.data_ptr<double>(), extrema.data_ptr<double>());
+  at::Tensor acc = at::empty({p.L.size()}, at::kDouble);
+  at::Tensor extrema = at::empty({p.L.extrema_size()}, at::kDouble);
+  accumulate(p.args(), p.L, table, acc.data_ptr<double>(), extrema.data_ptr<double>());
   return {acc, extrema};
+}
+
+at::Tensor given(const OptTensor& t, int64_t size, const char* name) {
+  if (!t.has_value()) return {};
+  TORCH_CHECK(t->numel() == size, "dara: ", name, " must have ", size, " elements, got ", t->numel());
+  return t->to(at::kDouble).contiguous();
 }
 
 OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
                                 const at::Tensor& reward_weights, const OptTensor& response_mask,
                                 const OptTensor& response_lengths, const OptTensor& reward_bounds,
-                                const OptTensor& accumulators, const OptTensor& extrema, at::ArrayRef<double> options,
-                                std::optional<c10::string_view> group_name) {
-  TORCH_CHECK(!(group_name.has_value() && (accumulators.has_value() || extrema.has_value())),
-              "dara: give group_name (reduce here) or accumulators and extrema (reduced elsewhere), not both");
-  Problem p = make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
+                                const OptTensor& accumulators, const OptTensor& extrema,
+                                at::ArrayRef<double> options) {
+  const Problem p =
+      make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
   const int64_t n = rewards.size(0), K = p.L.K;
   GroupTable table(p.layout.num_groups(), p.L.K, p.options);
-  // This rank's accumulators, in plain vectors: tensors only where the
-  // collectives need them (a small batch pays for every tensor it makes).
   std::vector<double> local_acc(p.L.size()), local_ext(p.L.extrema_size());
-  if (run_accumulate(p, table, local_acc.data(), local_ext.data()) && p.options.reject_inf) {
-    reject_inf(p.input_rewards);
-  }
-  at::Tensor acc, ext;  // the batch's, when they are not this rank's alone
-  if (group_name.has_value()) {
-    const std::string name(*group_name);
-    acc = group_all_reduce(at::from_blob(local_acc.data(), {p.L.size()}, at::kDouble), "sum", name);
-    if (p.options.raw_extremes() && !reward_bounds.has_value()) {
-      ext = group_all_reduce(at::from_blob(local_ext.data(), {p.L.extrema_size()}, at::kDouble), "max", name);
-    }
-  }
-  if (accumulators.has_value()) {
-    TORCH_CHECK(accumulators->numel() == p.L.size(), "dara: accumulators must have ", p.L.size(), " elements");
-    acc = accumulators->to(at::kDouble).contiguous();
-  }
-  if (extrema.has_value()) {
-    TORCH_CHECK(extrema->numel() == p.L.extrema_size(), "dara: extrema must have ", p.L.extrema_size(), " elements");
-    ext = extrema->to(at::kDouble).contiguous();
-  }
-  at::Tensor bounds;
-  if (reward_bounds.has_value()) {
-    TORCH_CHECK(reward_bounds->numel() == 2 * K, "dara: reward_bounds must be [K, 2]");
-    bounds = reward_bounds->to(at::kDouble).contiguous();
-  }
+  accumulate(p.args(), p.L, table, local_acc.data(), local_ext.data());
+  if (p.options.reject_inf && local_acc[p.L.infinite_rewards()] > 0.0) reject_inf(p.rewards);
+  // In distributed mode, the batch's accumulators (all ranks' sums) replace this rank's.
+  const at::Tensor acc = given(accumulators, p.L.size(), "accumulators");
+  const at::Tensor ext = given(extrema, p.L.extrema_size(), "extrema");
+  const at::Tensor bounds = given(reward_bounds, 2 * K, "reward_bounds");
 
   const auto f32 = at::kFloat, i64 = at::kLong;
-  at::Tensor density = new_tensor({K}, f32), weights = new_tensor({K}, f32), energy = new_tensor({K}, f32);
-  at::Tensor weighted_energy = new_tensor({K}, f32), active = new_tensor({K}, i64);
-  at::Tensor num_groups = new_tensor({}, i64), batch_mean = new_tensor({}, f32), batch_std = new_tensor({}, f32);
+  AdvantageResult r;
+  r.density = at::empty({K}, f32);
+  r.weights = at::empty({K}, f32);
+  r.energy = at::empty({K}, f32);
+  r.weighted_energy = at::empty({K}, f32);
+  r.active_groups = at::empty({K}, i64);
+  r.num_groups = at::empty({}, i64);
+  r.batch_mean = at::empty({}, f32);
+  r.batch_std = at::empty({}, f32);
   std::vector<double> combine(p.L.C), shift_scale(2), scratch(2 * K);
-  FinalizeInputs fin{acc.defined() ? acc.data_ptr<double>() : local_acc.data(),
-                     ext.defined() ? ext.data_ptr<double>() : local_ext.data(), p.base.data_ptr<double>(),
-                     bounds.defined() ? bounds.data_ptr<double>() : nullptr};
-  FinalizeOutputs fout{density.data_ptr<float>(),
-                       weights.data_ptr<float>(),
-                       energy.data_ptr<float>(),
-                       weighted_energy.data_ptr<float>(),
-                       active.data_ptr<int64_t>(),
-                       num_groups.data_ptr<int64_t>(),
-                       batch_mean.data_ptr<float>(),
-                       batch_std.data_ptr<float>(),
-                       combine.data(),
-                       shift_scale.data()};
-  finalize(p.options, p.L, fin, fout, scratch.data());
+  const FinalizeInputs in{acc.defined() ? acc.const_data_ptr<double>() : local_acc.data(),
+                          ext.defined() ? ext.const_data_ptr<double>() : local_ext.data(),
+                          p.base.const_data_ptr<double>(), bounds.defined() ? bounds.const_data_ptr<double>() : nullptr};
+  const FinalizeOutputs fin{r.density.data_ptr<float>(),
+                            r.weights.data_ptr<float>(),
+                            r.energy.data_ptr<float>(),
+                            r.weighted_energy.data_ptr<float>(),
+                            r.active_groups.data_ptr<int64_t>(),
+                            r.num_groups.data_ptr<int64_t>(),
+                            r.batch_mean.data_ptr<float>(),
+                            r.batch_std.data_ptr<float>(),
+                            combine.data(),
+                            shift_scale.data()};
+  finalize(p.options, p.L, in, fin, scratch.data());
 
-  at::Tensor advantages = new_tensor({n}, f32);
-  at::Tensor keep = new_tensor({n}, at::kBool);
-  at::Tensor query_scale = new_tensor({n}, f32);
-  ApplyArgs args{p.L.K,          p.L.C,          &p.options,     p.base.data_ptr<double>(),
-                 combine.data(), shift_scale[0], shift_scale[1], &p.layout};
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, p.rewards.scalar_type(), "dara_apply", [&] {
-    apply(p.rewards.data_ptr<scalar_t>(), p.input_rewards.data_ptr<scalar_t>(), args, table,
-          advantages.data_ptr<float>(), keep.data_ptr<bool>(), query_scale.data_ptr<float>());
-  });
+  r.advantages = at::empty({n}, f32);
+  r.keep = at::empty({n}, at::kBool);
+  r.query_scale = at::empty({n}, f32);
+  apply(p.args(), p.L, table, ApplyArgs{combine.data(), shift_scale[0], shift_scale[1]},
+        ApplyOutputs{r.advantages.data_ptr<float>(), r.keep.data_ptr<bool>(), r.query_scale.data_ptr<float>()});
 
-  at::Tensor token_advantages = new_tensor({0}, f32);
+  r.token_advantages = at::empty({0}, f32);
   if (response_mask.has_value()) {
-    TORCH_CHECK(response_mask->dim() == 2 && response_mask->size(0) == n, "dara: response_mask must be [N, T]");
     const at::Tensor mask = response_mask->contiguous();
     const int64_t T = mask.size(1);
-    token_advantages = empty_large_output({n, T}, f32);
+    r.token_advantages = at::empty({n, T}, f32);
     AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_output", [&] {
-      write_token_advantages(advantages.data_ptr<float>(), mask.data_ptr<scalar_t>(),
-                             p.mask_prefix.empty() ? nullptr : p.mask_prefix.data(), n, T,
-                             token_advantages.data_ptr<float>());
+      write_token_advantages(r.advantages.const_data_ptr<float>(), mask.const_data_ptr<scalar_t>(), n, T,
+                             r.token_advantages.data_ptr<float>());
     });
   }
-  return outputs_tuple(AdvantageResult{.advantages = advantages,
-                                       .token_advantages = token_advantages,
-                                       .density = density,
-                                       .weights = weights,
-                                       .energy = energy,
-                                       .weighted_energy = weighted_energy,
-                                       .active_groups = active,
-                                       .num_groups = num_groups,
-                                       .batch_mean = batch_mean,
-                                       .batch_std = batch_std,
-                                       .keep = keep,
-                                       .query_scale = query_scale});
+  return outputs_tuple(r);
 }
 
 }  // namespace

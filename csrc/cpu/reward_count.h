@@ -1,60 +1,70 @@
-// Compile-time K for the common reward counts so the per-row loops unroll and
-// the per-group values stay in registers; other K up to kMaxCpuRewards use the
-// generic instantiation (KT = 0).
+// The per-row loops run with the reward count K and the combined-column
+// count C as compile-time constants for the common K (1 to 4): the loops
+// unroll and a group's sums stay in registers. Other K up to kMaxCpuRewards
+// take the generic copy (KT = CT = 0). Rows are read in their own type,
+// float or double (narrower rewards are widened to float once, by the
+// binding), and converted to double in registers.
 #pragma once
 #include <c10/util/Exception.h>
 
 #include <type_traits>
 
-#include "../core/row_signal.h"
 #include "../core/wire.h"
 
 namespace dara {
 
 template <int KT>
-constexpr int local_size() {
+constexpr int max_rewards() {
   return KT > 0 ? KT : kMaxCpuRewards;
 }
 
-// The per-row arithmetic type: float for float32 and narrower rewards (exact
-// for them), double for float64 rewards so they keep their precision.
-template <typename scalar_t>
-using row_real_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+// The rewards [N, K], float or double.
+struct RewardMatrix {
+  const void* data;
+  bool is_double;
+  int K;
+};
 
-// One row of rewards in the per-row real type, for the shared row formulas.
-template <int KT, typename Real, typename scalar_t>
-inline const Real* load_row(const scalar_t* row, int K, Real* out) {
-  if constexpr (KT > 0) K = KT;
-  for (int k = 0; k < K; ++k) out[k] = static_cast<Real>(row[k]);
-  return out;
-}
-
+// f(KT, CT) for the options' combined columns (Options::combined_columns).
 template <typename F>
-void dispatch_reward_count(int K, const F& f) {
+void dispatch_counts(int K, const Options& o, const F& f) {
   TORCH_CHECK(K >= 1 && K <= kMaxCpuRewards, "dara: the CPU backend supports 1 to ", kMaxCpuRewards,
               " reward columns, got ", K);
+  auto with_k = [&](auto kt) {
+    constexpr int KT = decltype(kt)::value;
+    if (o.combined_column()) return f(kt, std::integral_constant<int, 1>{});
+    if (o.positive_parts()) return f(kt, std::integral_constant<int, KT + 1>{});
+    return f(kt, std::integral_constant<int, KT>{});
+  };
   switch (K) {
     case 1:
-      return f(std::integral_constant<int, 1>{});
+      return with_k(std::integral_constant<int, 1>{});
     case 2:
-      return f(std::integral_constant<int, 2>{});
+      return with_k(std::integral_constant<int, 2>{});
     case 3:
-      return f(std::integral_constant<int, 3>{});
+      return with_k(std::integral_constant<int, 3>{});
     case 4:
-      return f(std::integral_constant<int, 4>{});
-    case 8:
-      return f(std::integral_constant<int, 8>{});
+      return with_k(std::integral_constant<int, 4>{});
     default:
-      return f(std::integral_constant<int, 0>{});
+      return f(std::integral_constant<int, 0>{}, std::integral_constant<int, 0>{});
   }
 }
 
-// The options' column mode as a compile-time constant for row_signal.
+// f(KT, CT, const scalar_t* rewards).
 template <typename F>
-void dispatch_columns(const Options& o, const F& f) {
-  if (o.combined_column()) return f(std::integral_constant<Columns, Columns::kSummed>{});
-  if (o.group_weighted()) return f(std::integral_constant<Columns, Columns::kGroupWeighted>{});
-  return f(std::integral_constant<Columns, Columns::kPerReward>{});
+void dispatch_rows(const RewardMatrix& rewards, const Options& o, const F& f) {
+  dispatch_counts(rewards.K, o, [&](auto kt, auto ct) {
+    if (rewards.is_double) return f(kt, ct, static_cast<const double*>(rewards.data));
+    return f(kt, ct, static_cast<const float*>(rewards.data));
+  });
+}
+
+// Row j of the rewards, in doubles.
+template <int KT, typename scalar_t>
+inline const double* load_row(const scalar_t* rewards, int64_t j, int K, double* out) {
+  if constexpr (KT > 0) K = KT;
+  for (int k = 0; k < K; ++k) out[k] = static_cast<double>(rewards[j * K + k]);
+  return out;
 }
 
 }  // namespace dara

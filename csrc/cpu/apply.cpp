@@ -1,0 +1,53 @@
+#include "apply.h"
+
+#include <type_traits>
+
+#include "../core/row_signal.h"
+#include "chunks.h"
+#include "reward_count.h"
+
+namespace dara {
+namespace {
+
+template <int KT, int CT, bool Complete, typename scalar_t>
+void apply_group(const AccumulateArgs& a, const AccumulatorLayout& L, const GroupTable& table, const ApplyArgs& args,
+                 const scalar_t* rewards, int64_t g, const ApplyOutputs& out) {
+  const GroupLayout& layout = *a.layout;
+  const Options& o = *a.options;
+  const int K = KT > 0 ? KT : L.K;
+  double row[max_rewards<KT>()], reward_a[max_rewards<KT>()], column_a[CT > 0 ? CT : kMaxCpuRewards + 1];
+  const GroupRefOf<double> group = table.ref(g);
+  const double kappa = table.kappa[g];
+  const double factor = (o.apply_query_scale ? kappa : 1.0) * args.scale;
+  for (int64_t p = layout.begin(g); p < layout.end(g); ++p) {
+    const int64_t j = layout.row(p);
+    const RowSignal rs = row_signal<KT, Complete>(load_row<KT>(rewards, j, K, row), K, o, a.base, group, reward_a,
+                                                  column_a);
+    out.advantages[j] = static_cast<float>(row_advantage<CT>(rs, column_a, L.C, args.combine, args.shift, factor));
+    out.keep[j] = rs.keep;
+    out.query_scale[j] = static_cast<float>(kappa);
+  }
+}
+
+}  // namespace
+
+void apply(const AccumulateArgs& a, const AccumulatorLayout& L, const GroupTable& table, const ApplyArgs& args,
+           const ApplyOutputs& out) {
+  const GroupLayout& layout = *a.layout;
+  const int64_t groups = layout.num_groups();
+  const int64_t rows = groups > 0 ? layout.end(groups - 1) : 0;
+  dispatch_rows(a.rewards, *a.options, [&](auto kt, auto ct, const auto* rewards) {
+    constexpr int KT = decltype(kt)::value, CT = decltype(ct)::value;
+    for_each_chunk(groups, kGroupsPerChunk, rows * (L.K * 8 + 9), [&](int64_t, int64_t g0, int64_t g1) {
+      for (int64_t g = g0; g < g1; ++g) {
+        if (table.complete[g]) {
+          apply_group<KT, CT, true>(a, L, table, args, rewards, g, out);
+        } else {
+          apply_group<KT, CT, false>(a, L, table, args, rewards, g, out);
+        }
+      }
+    });
+  });
+}
+
+}  // namespace dara

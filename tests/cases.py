@@ -76,3 +76,31 @@ def make_case(seed: int, layout: str, k: int, nan_fraction: float = 0.1,
     lengths = torch.randint(0, t + 1, (n,), generator=gen)
     mask = (torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1))
     return Case(rewards, lay, mask, lengths, f"{layout}-k{k}-{dtype}-seed{seed}")
+
+
+def offset_rewards(gen: torch.Generator, n: int, ratio: float, k: int = 4) -> torch.Tensor:
+    """Rewards far from zero relative to their spread (reward-model scores,
+    token counts): column c sits at ratio * spread from zero, with signs and
+    spreads varying by column; the last column is constant (density 0)."""
+    spreads = torch.tensor([0.01, 1.0, 3.0, 0.2, 0.5, 2.0][:k - 1], dtype=torch.float64)
+    signs = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, 1.0][:k - 1], dtype=torch.float64)
+    noise = torch.randn(n, k - 1, generator=gen, dtype=torch.float64)
+    cols = signs * ratio * spreads + spreads * noise
+    return torch.cat([cols, torch.full((n, 1), ratio * 0.3, dtype=torch.float64)], 1)
+
+
+def calibration_rewards(gen: torch.Generator, n: int) -> torch.Tensor:
+    """K = 4 in the paper's tool-calling shape: correctness about 30%, a rare
+    format reward (active in so few groups that DARA caps its weight), a
+    graded length reward with rows of both signs, and a reward active
+    nowhere (density 0)."""
+    correct = (torch.rand(n, generator=gen) < 0.3).double()
+    fmt = torch.zeros(n, dtype=torch.float64)
+    fmt[torch.randint(0, n, (2,), generator=gen)] = 1.0
+    length = torch.randint(-2, 3, (n,), generator=gen).double()
+    return torch.stack([correct, fmt, length, torch.ones(n, dtype=torch.float64)], 1)
+
+
+# (label, ratio of |mean| to spread, scale_by_std): the offsets the issue
+# measured errors at, up to 1e4, with and without scaling by the std.
+OFFSET_CASES = [(f"offset{int(r)}-{'std' if s else 'nostd'}", r, s) for r in (16.0, 100.0, 1e4) for s in (True, False)]

@@ -6,7 +6,7 @@ import itertools
 import torch
 
 import dara_kernels as dk
-from tests.cases import FIXED_LAYOUTS, make_case
+from tests.cases import FIXED_LAYOUTS, OFFSET_CASES, calibration_rewards, make_case, offset_rewards
 from tests.compare import TOLERANCES, assert_matches
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
@@ -38,4 +38,65 @@ def sweep_against_reference(backend: str, method: str, layout: str, k: int, dtyp
     for seed, (shape, bn, policy) in enumerate(itertools.product(shapes, batch_norms, nan_policies)):
         compare_once(backend, method, layout, k, dtype, shape, bn, policy, seed, device, nan_fraction)
         runs += 1
+    return runs
+
+
+def _against_reference(backend: str, rewards: torch.Tensor, layout: dict, options: dict, device: str,
+                       context: str) -> None:
+    ref = dk.fused_advantage(rewards, backend="reference", **layout, **options)
+    on_device = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in layout.items()}
+    out = dk.fused_advantage(rewards.to(device), backend=backend, **on_device, **options)
+    assert_matches(out, ref, TOLERANCES[backend][rewards.dtype], f"{context} {options}")
+
+
+def _layouts(gen: torch.Generator, n: int, group: int) -> list[tuple[str, dict]]:
+    return [("fixed", {"group_size": group}),
+            ("shuffled", {"group_index": torch.randperm(n, generator=gen) // group})]
+
+
+def offset_sweep(backend: str, method: str, device: str = "cpu", n: int = 96, group: int = 8) -> int:
+    """Rewards offset far from zero relative to their spread (mean/spread up
+    to 1e4), K = 4 with a density-0 reward, scale_by_std on and off, both
+    layouts, float32 and float64 rows. For GRPO the weights (1, -1, ...)
+    make the summed rewards cancel."""
+    runs = 0
+    for seed, (label, ratio, by_std) in enumerate(OFFSET_CASES):
+        gen = torch.Generator().manual_seed(seed)
+        rewards = offset_rewards(gen, n, ratio)
+        options = dict(method=method, scale_by_std=by_std)
+        if method == "grpo":
+            rewards[:, 1] = rewards[:, 0] + 1e-3 * torch.randn(n, generator=gen, dtype=torch.float64)
+            options["reward_weights"] = [1.0, -1.0, 0.5, 1.0]
+        for dtype in (torch.float32, torch.float64):
+            for name, layout in _layouts(gen, n, group):
+                _against_reference(backend, rewards.to(dtype), layout, options, device, f"{label} {name} {dtype}")
+                runs += 1
+    return runs
+
+
+# Each calibration with density weights (DARA: the cap binding, and none),
+# and with static weights (the paper's Static-Asym and Static-Sym, w = 5 on
+# one reward), on the two estimators' setups (verl token whitening, response).
+CALIBRATION_OPTIONS = [
+    dict(method=method, calibration=calibration, **extra)
+    for calibration in ("positive", "symmetric")
+    for method, extra in (("dara", {}), ("dara", {"max_weight": float("inf")}), ("dara", {"max_weight": 2.0}),
+                          ("static", {"reward_weights": [1.0, 5.0, 1.0, 1.0]}))
+]
+
+
+def calibration_sweep(backend: str, device: str = "cpu", n: int = 128, group: int = 4) -> int:
+    """Positive and symmetric calibration on rows with mixed signs, a capped
+    reward and a density-0 reward (K = 4), both layouts, response and token
+    batch normalisation."""
+    runs = 0
+    for seed, options in enumerate(CALIBRATION_OPTIONS):
+        gen = torch.Generator().manual_seed(100 + seed)
+        rewards = calibration_rewards(gen, n).float()
+        lengths = torch.randint(1, 40, (n,), generator=gen)
+        mask = torch.arange(40)[None, :] < lengths[:, None]
+        for name, layout in _layouts(gen, n, group):
+            for extra in ({}, {"preset": "verl", "response_mask": mask}):
+                _against_reference(backend, rewards, {**layout, **extra}, options, device, f"calibration {name}")
+                runs += 1
     return runs

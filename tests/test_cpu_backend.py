@@ -5,7 +5,7 @@ import torch
 import dara_kernels as dk
 from tests.cases import make_case
 from tests.compare import TOLERANCES, assert_matches
-from tests.sweep import DTYPES, KS, LAYOUTS, sweep_against_reference
+from tests.sweep import DTYPES, KS, LAYOUTS, calibration_sweep, offset_sweep, sweep_against_reference
 
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 
@@ -253,3 +253,12 @@ def test_shuffled_layout_mixes_input_order_and_group_order_rows():
         ref = dk.fused_advantage(rewards, group_index=ids, method=method, backend="reference")
         out = dk.fused_advantage(rewards, group_index=ids, method=method, backend="cpu")
         assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], method)
+
+
+@pytest.mark.parametrize("method", dk.METHODS)
+def test_rewards_far_from_zero(method):
+    assert offset_sweep("cpu", method) > 0
+
+
+def test_calibrations():
+    assert calibration_sweep("cpu") > 0

@@ -27,10 +27,28 @@ struct RowSignal {
   bool keep;
 };
 
+// Which combined columns a row has (Options::combined_columns). A caller
+// that knows it at compile time passes it, so the row formula has no branch
+// on the options left.
+enum class Columns { kRuntime, kSummed, kGroupWeighted, kPositiveParts, kPerReward };
+
+DARA_HD Columns columns_of(const Options& o) {
+  return o.combined_column()   ? Columns::kSummed
+         : o.group_weighted() ? Columns::kGroupWeighted
+         : o.positive_parts() ? Columns::kPositiveParts
+                              : Columns::kPerReward;
+}
+
 // r - mean in double, then in the row's type.
 template <typename Real>
 DARA_HD Real centred(Real r, double mean) {
   return static_cast<Real>(static_cast<double>(r) - mean);
+}
+
+// [a]_+, exactly, and with no select: a + |a| is 2a or 0.
+template <typename Real>
+DARA_HD Real positive_part(Real a) {
+  return Real(0.5) * (a + fabs(a));
 }
 
 // GRPO's summed reward sum_k b_k r_k over the row's valid entries, in double
@@ -54,10 +72,11 @@ DARA_HD double row_reward_sum(const Real* r, int K, const Options& o, const doub
 // w_gk A_jk; under positive calibration sum_k A_jk, then each [A_jk]_+;
 // else each A_jk. Complete: the row is known to be in a complete group
 // (read_entry), so it is scorable and kept.
-template <int KT, bool Complete = false, typename Real>
+template <int KT, bool Complete = false, Columns M = Columns::kRuntime, typename Real>
 DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const double* base, const GroupRefOf<Real>& group,
                              Real* reward_a, Real* column_a) {
   if constexpr (KT > 0) K = KT;
+  const Columns mode = M == Columns::kRuntime ? columns_of(o) : M;
   bool scorable = false, positive = false, negative = false;
   for (int k = 0; k < K; ++k) {
     Real x;
@@ -68,17 +87,17 @@ DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const doubl
     positive |= a > Real(0);
     negative |= a < Real(0);
   }
-  if (o.combined_column()) {
+  if (mode == Columns::kSummed) {
     bool any;
     const double rsum = row_reward_sum<KT, Complete>(r, K, o, base, &any);
     column_a[0] = scorable ? static_cast<Real>(rsum - group.sum_mean) * group.sum_scale : Real(0);
-  } else if (o.group_weighted()) {
+  } else if (mode == Columns::kGroupWeighted) {
     for (int k = 0; k < K; ++k) column_a[k] = group.weight[k] * reward_a[k];
-  } else if (o.positive_parts()) {
+  } else if (mode == Columns::kPositiveParts) {
     Real total = Real(0);
     for (int k = 0; k < K; ++k) {
       total += reward_a[k];
-      column_a[1 + k] = reward_a[k] > Real(0) ? reward_a[k] : Real(0);
+      column_a[1 + k] = positive_part(reward_a[k]);
     }
     column_a[0] = total;
   } else {

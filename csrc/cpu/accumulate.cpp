@@ -16,24 +16,23 @@ namespace {
 
 constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 
-// Rows are added in blocks of kLanes, each row to its own lane of the sums,
-// and the lanes are added in one fixed order at the end of the group: the
-// sums then run in SIMD lanes (one running sum per value could not), which
-// halves the time of the row pass.
+// Rows are added in blocks of kLanes, each row to its own lane of the sums
+// (row i of a group to lane i % kLanes), and a chunk's lanes are added in
+// one fixed order at its end: the sums then run in SIMD lanes (a single
+// running sum per value could not), which halves the row pass's time.
 constexpr int kLanes = 4;
 
-// The sums one group adds to its chunk's accumulators, kept apart while its
-// rows run and added to the chunk's once.
 template <int KT, int CT>
-struct GroupSums {
+struct LaneSums {
   static constexpr int N = max_rewards<KT>(), NC = CT > 0 ? CT : kMaxCpuRewards + 1;
-  int K, C;
+  const int K, C;
+  const bool token;
   double energy[N][kLanes];
-  double signal[NC][kLanes], token_signal[NC][kLanes];
-  double cross[NC][NC][kLanes], token_cross[NC][NC][kLanes];  // upper triangles
-  double rows[kLanes], token_total[kLanes], kept[kLanes];
+  double signal[NC][kLanes], cross[NC][NC][kLanes];  // upper triangles
+  double token_signal[NC][kLanes], token_cross[NC][NC][kLanes];
+  double rows[kLanes], token_total[kLanes];
 
-  GroupSums(int num_rewards, int columns) : K(num_rewards), C(columns) {
+  LaneSums(int num_rewards, int columns, bool token_weights) : K(num_rewards), C(columns), token(token_weights) {
     zero(energy, K);
     zero(signal, C);
     zero(token_signal, C);
@@ -43,7 +42,6 @@ struct GroupSums {
     }
     zero(&rows, 1);
     zero(&token_total, 1);
-    zero(&kept, 1);
   }
 
   static void zero(double (*v)[kLanes], int n) {
@@ -56,16 +54,17 @@ struct GroupSums {
 
   void add_to(const AccumulatorLayout& L, double* acc) const {
     for (int k = 0; k < K; ++k) acc[L.energy(k)] += lanes(energy[k]);
+    acc[L.rows()] += lanes(rows);
     for (int c = 0; c < C; ++c) {
       acc[L.signal(c)] += lanes(signal[c]);
-      acc[L.token_signal(c)] += lanes(token_signal[c]);
-      for (int d = c; d < C; ++d) {
-        acc[L.cross(c, d)] += lanes(cross[c][d]);
-        acc[L.token_cross(c, d)] += lanes(token_cross[c][d]);
-      }
+      for (int d = c; d < C; ++d) acc[L.cross(c, d)] += lanes(cross[c][d]);
     }
-    acc[L.rows()] += lanes(rows);
+    if (!token) return;
     acc[L.token_total()] += lanes(token_total);
+    for (int c = 0; c < C; ++c) {
+      acc[L.token_signal(c)] += lanes(token_signal[c]);
+      for (int d = c; d < C; ++d) acc[L.token_cross(c, d)] += lanes(token_cross[c][d]);
+    }
   }
 };
 
@@ -86,8 +85,20 @@ class Group {
   // docs/spec.md#group-statistics into the table; the group's counts, raw
   // sums and bad entries into acc / extrema.
   void statistics(GroupTable& table, double* acc, double* extrema) const {
-    double count[N] = {}, sum[N] = {}, mean[N], row[N];
-    for (int64_t i = 0; i < n_; ++i) add_row_sums<KT>(load(i, row), K(), o_, count, sum);
+    double count[N], sum[N] = {}, mean[N], row[N];
+    // Plain sums first: they are all finite exactly when no entry is NaN or
+    // +-Inf (or their sum overflows), and then every entry counts.
+    for (int64_t i = 0; i < n_; ++i) {
+      load(i, row);
+      for (int k = 0; k < K(); ++k) sum[k] += row[k];
+    }
+    bool finite = true;
+    for (int k = 0; k < K(); ++k) finite &= sum[k] - sum[k] == 0.0;
+    for (int k = 0; k < K(); ++k) count[k] = static_cast<double>(n_);
+    if (!finite) {
+      for (int k = 0; k < K(); ++k) count[k] = sum[k] = 0.0;
+      for (int64_t i = 0; i < n_; ++i) add_row_sums<KT>(load(i, row), K(), o_, count, sum);
+    }
     double entries = 0.0;
     for (int k = 0; k < K(); ++k) {
       mean[k] = count[k] > 0.0 ? sum[k] / count[k] : 0.0;
@@ -96,7 +107,8 @@ class Group {
       if (!(sum[k] - sum[k] == 0.0)) acc[L_.infinite_rewards()] += infinite_entries(k);
     }
     const double missing = static_cast<double>(n_ * K()) - entries;
-    const bool complete = missing == 0.0 && !o_.drops_conflicts();
+    // read_entry: every entry present (none NaN, even under nan_policy "zero") and every row kept.
+    const bool complete = finite && !o_.drops_conflicts();
     table.complete[g_] = complete;
     double dev[N] = {};
     if (complete) {
@@ -129,64 +141,77 @@ class Group {
     acc[L_.groups()] += 1.0;
   }
 
-  // Every row's A_jk and combined columns into the batch sums (R only for
-  // the columns); the group's kappa.
-  template <int CT, bool Complete>
-  void add_rows(GroupTable& table, double* acc) const {
-    constexpr int NC = CT > 0 ? CT : kMaxCpuRewards + 1;
-    const int C = CT > 0 ? CT : L_.C;
-    const GroupRefOf<double> group = table.ref(g_);
-    GroupSums<KT, CT> t(K(), C);
-    for (int64_t i0 = 0; i0 < n_; i0 += kLanes) {
-      // Row i0 + l in lane l; a lane past the group's end adds zeros.
-      double a[N][kLanes], y[NC][kLanes], in_r[kLanes], kept[kLanes], w[kLanes];
-      for (int l = 0; l < kLanes; ++l) {
-        double row[N], reward_a[N], column_a[NC];
-        RowSignal rs{false, false};
-        if (i0 + l < n_) {
-          rs = row_signal<KT, Complete>(load(i0 + l, row), K(), o_, a_.base, group, reward_a, column_a);
-        } else {
-          for (int k = 0; k < K(); ++k) reward_a[k] = 0.0;
-          for (int c = 0; c < C; ++c) column_a[c] = 0.0;
-        }
-        in_r[l] = rs.keep && rs.scorable ? 1.0 : 0.0;
-        kept[l] = rs.keep ? 1.0 : 0.0;
-        w[l] = a_.token_weights && in_r[l] != 0.0 ? a_.token_weights[a_.layout->row(begin_ + i0 + l)] : 0.0;
-        for (int k = 0; k < K(); ++k) a[k][l] = reward_a[k];
-        for (int c = 0; c < C; ++c) y[c][l] = in_r[l] != 0.0 ? column_a[c] : 0.0;
-      }
-      for (int k = 0; k < K(); ++k) {
-        for (int l = 0; l < kLanes; ++l) t.energy[k][l] += a[k][l] * a[k][l];
-      }
-      for (int l = 0; l < kLanes; ++l) {
-        t.rows[l] += in_r[l];
-        t.kept[l] += kept[l];
-      }
-      for (int c = 0; c < C; ++c) {
-        for (int l = 0; l < kLanes; ++l) t.signal[c][l] += y[c][l];
-        for (int d = c; d < C; ++d) {
-          for (int l = 0; l < kLanes; ++l) t.cross[c][d][l] += y[c][l] * y[d][l];
-        }
-      }
-      if (!a_.token_weights) continue;
-      for (int l = 0; l < kLanes; ++l) t.token_total[l] += w[l];
-      for (int c = 0; c < C; ++c) {
-        for (int l = 0; l < kLanes; ++l) t.token_signal[c][l] += w[l] * y[c][l];
-        for (int d = c; d < C; ++d) {
-          for (int l = 0; l < kLanes; ++l) t.token_cross[c][d][l] += w[l] * y[c][l] * y[d][l];
-        }
-      }
+  // Every row's A_jk and combined columns into the chunk's lane sums (R
+  // only for the columns); the group's kappa.
+  template <Columns M, bool Complete, int CT>
+  void add_rows(GroupTable& table, LaneSums<KT, CT>& t) const {
+    // The group's statistics in locals: the row loop's stores then cannot alias them.
+    const GroupRefOf<double> stored = table.ref(g_);
+    double mean[N], scale[N], weight[N];
+    for (int k = 0; k < K(); ++k) {
+      mean[k] = stored.mean[k];
+      scale[k] = stored.scale[k];
+      weight[k] = stored.weight ? stored.weight[k] : 0.0;
     }
-    t.add_to(L_, acc);
-    table.kappa[g_] = GroupSums<KT, CT>::lanes(t.kept) / static_cast<double>(n_);
+    const GroupRefOf<double> group{mean, scale, stored.weight ? weight : nullptr, stored.sum_mean, stored.sum_scale};
+    double kept = 0.0;
+    int64_t i0 = 0;
+    for (; i0 + kLanes <= n_; i0 += kLanes) kept += add_block<M, Complete, true>(group, i0, t);
+    if (i0 < n_) kept += add_block<M, Complete, false>(group, i0, t);
+    table.kappa[g_] = kept / static_cast<double>(n_);
   }
 
  private:
+  // Rows i0 .. i0 + kLanes - 1, row i0 + l in lane l; a lane past the
+  // group's end (Full: there is none) adds zeros. Returns the kept rows.
+  template <Columns M, bool Complete, bool Full, int CT>
+  double add_block(const GroupRefOf<double>& group, int64_t i0, LaneSums<KT, CT>& t) const {
+    constexpr int NC = CT > 0 ? CT : kMaxCpuRewards + 1;
+    const int C = t.C;
+    double a[N][kLanes], y[NC][kLanes], in_r[kLanes], kept[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      double row[N], reward_a[N], column_a[NC];
+      const bool here = Full || i0 + l < n_;
+      const RowSignal rs = here ? row_signal<KT, Complete, M>(load(i0 + l, row), K(), o_, a_.base, group,
+                                                              reward_a, column_a)
+                                : RowSignal{false, false};
+      const bool in = Complete ? here : rs.keep && rs.scorable;
+      in_r[l] = in ? 1.0 : 0.0;
+      kept[l] = (Complete ? here : rs.keep) ? 1.0 : 0.0;
+      for (int k = 0; k < K(); ++k) a[k][l] = here ? reward_a[k] : 0.0;
+      for (int c = 0; c < C; ++c) y[c][l] = in ? column_a[c] : 0.0;
+    }
+    for (int k = 0; k < K(); ++k) {
+      for (int l = 0; l < kLanes; ++l) t.energy[k][l] += a[k][l] * a[k][l];
+    }
+    for (int l = 0; l < kLanes; ++l) t.rows[l] += in_r[l];
+    for (int c = 0; c < C; ++c) {
+      for (int l = 0; l < kLanes; ++l) t.signal[c][l] += y[c][l];
+      for (int d = c; d < C; ++d) {
+        for (int l = 0; l < kLanes; ++l) t.cross[c][d][l] += y[c][l] * y[d][l];
+      }
+    }
+    const double block_kept = (kept[0] + kept[1]) + (kept[2] + kept[3]);
+    if (!t.token) return block_kept;
+    double w[kLanes];
+    for (int l = 0; l < kLanes; ++l) {
+      w[l] = in_r[l] != 0.0 ? a_.token_weights[a_.layout->row(begin_ + i0 + l)] : 0.0;
+      t.token_total[l] += w[l];
+    }
+    for (int c = 0; c < C; ++c) {
+      for (int l = 0; l < kLanes; ++l) t.token_signal[c][l] += w[l] * y[c][l];
+      for (int d = c; d < C; ++d) {
+        for (int l = 0; l < kLanes; ++l) t.token_cross[c][d][l] += w[l] * y[c][l] * y[d][l];
+      }
+    }
+    return block_kept;
+  }
+
   // A compile-time constant for a fixed KT, so the loops over rewards unroll.
   int K() const { return KT > 0 ? KT : L_.K; }
 
   const double* load(int64_t i, double* row) const {
-    return load_row<KT>(rewards_, a_.layout->row(begin_ + i), K(), row);
+    return load_row<KT>(rewards_, begin_ + i, K(), row);
   }
 
   template <bool Complete>
@@ -249,29 +274,33 @@ void accumulate(const AccumulateArgs& a, const AccumulatorLayout& L, GroupTable&
   const GroupLayout& layout = *a.layout;
   const int64_t groups = layout.num_groups();
   const int64_t chunks = num_chunks(groups, kGroupsPerChunk);
-  const int M = L.size(), E = L.extrema_size();
-  std::vector<double> partial(chunks * M, 0.0), partial_extrema(chunks * E, kMinusInf);
+  const int S = L.size(), E = L.extrema_size();
+  std::vector<double> partial(chunks * S, 0.0), partial_extrema(chunks * E, kMinusInf);
   const int64_t rows = groups > 0 ? layout.end(groups - 1) : 0;
-  dispatch_rows(a.rewards, *a.options, [&](auto kt, auto ct, const auto* rewards) {
-    constexpr int KT = decltype(kt)::value, CT = decltype(ct)::value;
+  dispatch_rows(a.rewards, *a.options, [&](auto kt, auto mode, const auto* rewards) {
+    constexpr int KT = decltype(kt)::value;
+    constexpr Columns M = decltype(mode)::value;
     using scalar_t = std::remove_cv_t<std::remove_pointer_t<decltype(rewards)>>;
+    constexpr int CT = column_count<KT, M>();
     for_each_chunk(groups, kGroupsPerChunk, rows * L.K * 8, [&](int64_t c, int64_t g0, int64_t g1) {
-      double* chunk_acc = partial.data() + c * M;
+      double* chunk_acc = partial.data() + c * S;
+      LaneSums<KT, CT> sums(L.K, L.C, a.token_weights != nullptr);
       for (int64_t g = g0; g < g1; ++g) {
         const Group<KT, scalar_t> group(a, L, rewards, g);
         group.statistics(table, chunk_acc, partial_extrema.data() + c * E);
         if (table.complete[g]) {
-          group.template add_rows<CT, true>(table, chunk_acc);
+          group.template add_rows<M, true>(table, sums);
         } else {
-          group.template add_rows<CT, false>(table, chunk_acc);
+          group.template add_rows<M, false>(table, sums);
         }
       }
+      sums.add_to(L, chunk_acc);
     });
   });
-  std::fill(acc, acc + M, 0.0);
+  std::fill(acc, acc + S, 0.0);
   std::fill(extrema, extrema + E, kMinusInf);
   for (int64_t c = 0; c < chunks; ++c) {
-    for (int i = 0; i < M; ++i) acc[i] += partial[c * M + i];
+    for (int i = 0; i < S; ++i) acc[i] += partial[c * S + i];
     for (int i = 0; i < E; ++i) extrema[i] = std::fmax(extrema[i], partial_extrema[c * E + i]);
   }
   // The rows summed the upper triangles; the wire format holds whole matrices.

@@ -26,7 +26,7 @@ struct Problem {
   Options options;
   AccumulatorLayout L;
   GroupLayout layout;
-  at::Tensor rewards, base, token_weights;
+  at::Tensor rewards, grouped, base, token_weights;  // grouped: the rewards in group order
   RewardMatrix rows;
 
   AccumulateArgs args() const {
@@ -77,7 +77,14 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
     p.layout = GroupLayout::contiguous(n, group_size);
   }
   p.token_weights = token_weights_of(p.options, response_mask, response_lengths, n);
-  p.rows = RewardMatrix{p.rewards.const_data_ptr(), is_double, static_cast<int>(K)};
+  // The passes read each group's rows several times: in group order they are contiguous.
+  if (p.layout.sorted()) {
+    const at::Tensor order = at::from_blob(const_cast<int64_t*>(p.layout.rows()), {n}, at::kLong);
+    p.grouped = at::index_select(p.rewards, 0, order);
+  } else {
+    p.grouped = p.rewards;
+  }
+  p.rows = RewardMatrix{p.grouped.const_data_ptr(), is_double, static_cast<int>(K)};
   return p;
 }
 

@@ -1,6 +1,6 @@
 #include "apply.h"
 
-#include <type_traits>
+#include <algorithm>
 
 #include "../core/row_signal.h"
 #include "chunks.h"
@@ -9,9 +9,11 @@
 namespace dara {
 namespace {
 
-template <int KT, int CT, bool Complete, typename scalar_t>
+// Group g's rows (positions [begin, end) of the group-ordered rewards).
+template <int KT, Columns M, bool Complete, typename scalar_t>
 void apply_group(const AccumulateArgs& a, const AccumulatorLayout& L, const GroupTable& table, const ApplyArgs& args,
                  const scalar_t* rewards, int64_t g, const ApplyOutputs& out) {
+  constexpr int CT = column_count<KT, M>();
   const GroupLayout& layout = *a.layout;
   const Options& o = *a.options;
   const int K = KT > 0 ? KT : L.K;
@@ -20,12 +22,14 @@ void apply_group(const AccumulateArgs& a, const AccumulatorLayout& L, const Grou
   const double kappa = table.kappa[g];
   const double factor = (o.apply_query_scale ? kappa : 1.0) * args.scale;
   for (int64_t p = layout.begin(g); p < layout.end(g); ++p) {
+    const RowSignal rs = row_signal<KT, Complete, M>(load_row<KT>(rewards, p, K, row), K, o, a.base, group, reward_a,
+                                                     column_a);
     const int64_t j = layout.row(p);
-    const RowSignal rs = row_signal<KT, Complete>(load_row<KT>(rewards, j, K, row), K, o, a.base, group, reward_a,
-                                                  column_a);
     out.advantages[j] = static_cast<float>(row_advantage<CT>(rs, column_a, L.C, args.combine, args.shift, factor));
-    out.keep[j] = rs.keep;
-    out.query_scale[j] = static_cast<float>(kappa);
+    if (o.drops_conflicts()) {
+      out.keep[j] = rs.keep;
+      out.query_scale[j] = static_cast<float>(kappa);
+    }
   }
 }
 
@@ -36,14 +40,21 @@ void apply(const AccumulateArgs& a, const AccumulatorLayout& L, const GroupTable
   const GroupLayout& layout = *a.layout;
   const int64_t groups = layout.num_groups();
   const int64_t rows = groups > 0 ? layout.end(groups - 1) : 0;
-  dispatch_rows(a.rewards, *a.options, [&](auto kt, auto ct, const auto* rewards) {
-    constexpr int KT = decltype(kt)::value, CT = decltype(ct)::value;
+  if (!a.options->drops_conflicts()) {
+    // Every row kept, every kappa 1: filled in order, not written row by row
+    // through a shuffled layout (-30% on 2^20 shuffled rows).
+    std::fill(out.keep, out.keep + rows, true);
+    std::fill(out.query_scale, out.query_scale + rows, 1.0f);
+  }
+  dispatch_rows(a.rewards, *a.options, [&](auto kt, auto mode, const auto* rewards) {
+    constexpr int KT = decltype(kt)::value;
+    constexpr Columns M = decltype(mode)::value;
     for_each_chunk(groups, kGroupsPerChunk, rows * (L.K * 8 + 9), [&](int64_t, int64_t g0, int64_t g1) {
       for (int64_t g = g0; g < g1; ++g) {
         if (table.complete[g]) {
-          apply_group<KT, CT, true>(a, L, table, args, rewards, g, out);
+          apply_group<KT, M, true>(a, L, table, args, rewards, g, out);
         } else {
-          apply_group<KT, CT, false>(a, L, table, args, rewards, g, out);
+          apply_group<KT, M, false>(a, L, table, args, rewards, g, out);
         }
       }
     });

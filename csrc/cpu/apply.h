@@ -1,6 +1,6 @@
-// Apply: the second and last read of the rewards. Per row, the core row
-// formulas (core/row_signal.h) with its group's statistics and the batch's
-// affine map write the advantage, keep flag and query scale
+// Apply: the second and last read of the rewards, in group order. Per row,
+// the core row formulas (core/row_signal.h) with its group's statistics and
+// the batch's affine map write the advantage, keep flag and query scale
 // (docs/spec.md#batch-normalisation, #query-scale).
 #pragma once
 #include <cstdint>

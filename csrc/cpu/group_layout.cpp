@@ -1,30 +1,50 @@
 #include "group_layout.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
+#include <utility>
 
 namespace dara {
 namespace {
 
 // Each row's key in [0, keys), ordered as the ids: the id's offset from the
 // smallest when the ids span little more than the rows (verl's uid numbers,
-// any arange), else the id's rank among the distinct ids.
-std::vector<int64_t> dense_keys(const int64_t* ids, int64_t n, int64_t* keys) {
-  const auto [lo, hi] = std::minmax_element(ids, ids + n);
-  // Unsigned: ids may span the whole int64 range.
-  const uint64_t span = static_cast<uint64_t>(*hi) - static_cast<uint64_t>(*lo);
-  std::vector<int64_t> key(n);
-  if (span < static_cast<uint64_t>(2 * n + 1024)) {
-    for (int64_t j = 0; j < n; ++j) key[j] = static_cast<int64_t>(static_cast<uint64_t>(ids[j]) - *lo);
-    *keys = static_cast<int64_t>(span) + 1;
-    return key;
+// an arange), else the id's rank among the distinct ids (a sort).
+struct Keys {
+  const int64_t* ids;
+  int64_t lo = 0;
+  int64_t count = 0;
+  std::vector<int64_t> ranks;  // empty for dense ids
+
+  Keys(const int64_t* row_ids, int64_t n) : ids(row_ids) {
+    // A loop of selects rather than std::minmax_element's branches: 4x faster on shuffled ids.
+    lo = ids[0];
+    int64_t hi = ids[0];
+    for (int64_t j = 0; j < n; ++j) {
+      lo = ids[j] < lo ? ids[j] : lo;
+      hi = ids[j] > hi ? ids[j] : hi;
+    }
+    // Unsigned: ids may span the whole int64 range.
+    const uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
+    if (span < static_cast<uint64_t>(2 * n + 1024)) {
+      count = static_cast<int64_t>(span) + 1;
+      return;
+    }
+    std::vector<int64_t> distinct(ids, ids + n);
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    ranks.resize(n);
+    for (int64_t j = 0; j < n; ++j) {
+      ranks[j] = std::lower_bound(distinct.begin(), distinct.end(), ids[j]) - distinct.begin();
+    }
+    count = static_cast<int64_t>(distinct.size());
   }
-  std::vector<int64_t> distinct(ids, ids + n);
-  std::sort(distinct.begin(), distinct.end());
-  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  for (int64_t j = 0; j < n; ++j) key[j] = std::lower_bound(distinct.begin(), distinct.end(), ids[j]) - distinct.begin();
-  *keys = static_cast<int64_t>(distinct.size());
-  return key;
-}
+
+  int64_t operator[](int64_t j) const {
+    return ranks.empty() ? static_cast<int64_t>(static_cast<uint64_t>(ids[j]) - static_cast<uint64_t>(lo)) : ranks[j];
+  }
+};
 
 }  // namespace
 
@@ -35,24 +55,49 @@ GroupLayout GroupLayout::contiguous(int64_t num_rows, int64_t group_size) {
   return layout;
 }
 
+// Rows ahead whose destination the placement prefetches: each row's store
+// misses the cache, and the misses then overlap (-25% on 2^20 shuffled rows).
+constexpr int64_t kPlaceAhead = 16;
+
+// Rows a slice of the sort takes at least; a sort is split across the
+// caller's threads only above that (a slice's start-up costs tens of us).
+constexpr int64_t kRowsPerSlice = 1 << 16;
+
 GroupLayout GroupLayout::from_ids(const int64_t* ids, int64_t n) {
   GroupLayout layout;
   layout.offsets_.assign(1, 0);
   if (n == 0) return layout;
-  int64_t keys = 0;
-  const std::vector<int64_t> key = dense_keys(ids, n, &keys);
-  // Counting sort: each key's first position, keys no row has left out.
-  std::vector<int64_t> next(keys, 0);
-  for (int64_t j = 0; j < n; ++j) ++next[key[j]];
+  const Keys key(ids, n);
+  // A stable counting sort in slices of the rows: each slice counts its
+  // keys, one pass over (key, slice) turns the counts into first positions,
+  // and each slice places its rows. A stable sort's result does not depend
+  // on the slicing, so it is the same for any thread count.
+  const int slices = static_cast<int>(std::clamp<int64_t>(n / kRowsPerSlice, 1, at::get_num_threads()));
+  const int64_t per_slice = (n + slices - 1) / slices;
+  std::vector<int64_t> next(slices * key.count, 0);
+  auto for_each_slice = [&](const auto& body) {
+    at::parallel_for(0, slices, 1, [&](int64_t s0, int64_t s1) {
+      for (int64_t s = s0; s < s1; ++s) body(next.data() + s * key.count, s * per_slice, std::min(n, (s + 1) * per_slice));
+    });
+  };
+  for_each_slice([&](int64_t* count, int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) ++count[key[j]];
+  });
+  layout.offsets_.reserve(std::min(key.count, n) + 1);
   int64_t position = 0;
-  for (int64_t v = 0; v < keys; ++v) {
-    const int64_t count = next[v];
-    next[v] = position;
-    position += count;
-    if (count > 0) layout.offsets_.push_back(position);
+  for (int64_t v = 0; v < key.count; ++v) {
+    const int64_t first = position;
+    for (int s = 0; s < slices; ++s) position += std::exchange(next[s * key.count + v], position);
+    if (position > first) layout.offsets_.push_back(position);
   }
-  layout.rows_.resize(n);
-  for (int64_t j = 0; j < n; ++j) layout.rows_[next[key[j]]++] = j;
+  layout.rows_.reset(new int64_t[n]);  // every entry is written below: no zero fill
+  int64_t* rows = layout.rows_.get();
+  for_each_slice([&](int64_t* place, int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      if (j + kPlaceAhead < j1) __builtin_prefetch(&rows[place[key[j + kPlaceAhead]]], 1);
+      rows[place[key[j]]++] = j;
+    }
+  });
   layout.num_groups_ = static_cast<int64_t>(layout.offsets_.size()) - 1;
   return layout;
 }

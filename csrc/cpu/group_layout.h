@@ -3,6 +3,7 @@
 // in input order (a stable counting sort).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace dara {
@@ -17,14 +18,15 @@ class GroupLayout {
   int64_t end(int64_t g) const { return sorted() ? offsets_[g + 1] : (g + 1) * group_size_; }
   // The input row at a position in group order.
   int64_t row(int64_t position) const { return sorted() ? rows_[position] : position; }
+  // Whether group order differs from input order; rows() lists the input rows in group order.
+  bool sorted() const { return group_size_ == 0; }
+  const int64_t* rows() const { return rows_.get(); }
 
  private:
-  bool sorted() const { return group_size_ == 0; }
-
   int64_t num_groups_ = 0;
   int64_t group_size_ = 0;        // contiguous groups; 0 for a group_index
   std::vector<int64_t> offsets_;  // [B + 1] first position of each group
-  std::vector<int64_t> rows_;     // [N] input row at each position
+  std::shared_ptr<int64_t[]> rows_;  // [N] input row at each position
 };
 
 }  // namespace dara

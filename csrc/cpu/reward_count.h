@@ -9,6 +9,7 @@
 
 #include <type_traits>
 
+#include "../core/row_signal.h"
 #include "../core/wire.h"
 
 namespace dara {
@@ -25,16 +26,31 @@ struct RewardMatrix {
   int K;
 };
 
-// f(KT, CT) for the options' combined columns (Options::combined_columns).
+template <Columns M>
+using ColumnsConstant = std::integral_constant<Columns, M>;
+
+// The combined-column count of a mode for KT rewards (0: unknown).
+template <int KT, Columns M>
+constexpr int column_count() {
+  return M == Columns::kSummed ? 1 : KT == 0 ? 0 : M == Columns::kPositiveParts ? KT + 1 : KT;
+}
+
+// f(KT, M) for the options' combined columns.
 template <typename F>
 void dispatch_counts(int K, const Options& o, const F& f) {
   TORCH_CHECK(K >= 1 && K <= kMaxCpuRewards, "dara: the CPU backend supports 1 to ", kMaxCpuRewards,
               " reward columns, got ", K);
   auto with_k = [&](auto kt) {
-    constexpr int KT = decltype(kt)::value;
-    if (o.combined_column()) return f(kt, std::integral_constant<int, 1>{});
-    if (o.positive_parts()) return f(kt, std::integral_constant<int, KT + 1>{});
-    return f(kt, std::integral_constant<int, KT>{});
+    switch (columns_of(o)) {
+      case Columns::kSummed:
+        return f(kt, ColumnsConstant<Columns::kSummed>{});
+      case Columns::kGroupWeighted:
+        return f(kt, ColumnsConstant<Columns::kGroupWeighted>{});
+      case Columns::kPositiveParts:
+        return f(kt, ColumnsConstant<Columns::kPositiveParts>{});
+      default:
+        return f(kt, ColumnsConstant<Columns::kPerReward>{});
+    }
   };
   switch (K) {
     case 1:
@@ -46,11 +62,11 @@ void dispatch_counts(int K, const Options& o, const F& f) {
     case 4:
       return with_k(std::integral_constant<int, 4>{});
     default:
-      return f(std::integral_constant<int, 0>{}, std::integral_constant<int, 0>{});
+      return f(std::integral_constant<int, 0>{}, ColumnsConstant<Columns::kRuntime>{});
   }
 }
 
-// f(KT, CT, const scalar_t* rewards).
+// f(KT, M, const scalar_t* rewards).
 template <typename F>
 void dispatch_rows(const RewardMatrix& rewards, const Options& o, const F& f) {
   dispatch_counts(rewards.K, o, [&](auto kt, auto ct) {

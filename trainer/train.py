@@ -111,8 +111,8 @@ class Trainer:
         self.task = build_task(cfg.task)
         policy, self.tokenizer = build_policy(cfg.model, cfg.seed)
         max_len = cfg.model.max_positions
-        self.engine = build_engine(cfg.rollout.engine, policy, self.tokenizer,
-                                   self.output_dir / f"inference-model-rank{self.rank}", cfg.seed, max_len)
+        self.engine = build_engine(cfg.rollout.engine, policy, self.tokenizer, self.output_dir / "inference-model",
+                                   cfg.seed, max_len)
         self.reference = copy.deepcopy(policy).to(self.device).eval() if cfg.optim.kl_coef else None
         self.model = shard_policy(policy, self.device, cfg.mixed_precision)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.optim.lr,

@@ -83,10 +83,12 @@ build_wheel() {
 
 install_verl() {
   local py="$VENV-verl/bin/python"
-  # verl --no-deps plus what importing verl.trainer.ppo.core_algos and ray_trainer needs (no GPU packages).
+  # verl --no-deps plus what importing its legacy trainer (verl.trainer.ppo.ray_trainer) and its v1 trainer
+  # (verl.trainer.ppo.v1, main_ppo: transferqueue and what it needs, hydra-core) needs; no GPU packages.
   "$py" -m pip install -q --no-deps verl==0.9.1
   "$py" -m pip install -q packaging ray "tensordict<=0.10.0" omegaconf "transformers>=5.5.3,<5.11,!=5.6.0" \
-    codetiming torchdata datasets pillow peft cachetools uvicorn fastapi
+    codetiming torchdata datasets pillow peft cachetools uvicorn fastapi \
+    transferqueue==0.1.11 pyzmq msgspec prometheus_client hydra-core
 }
 
 install_trl() {

@@ -1,17 +1,34 @@
-"""`gdpo_fused` through verl's own dispatcher equals verl's `gdpo` through it,
-on batches with shuffled uids, uneven groups and a singleton group; `dara`
-runs through it and reports its diagnostics. Runs where verl is installed
-(CI: the verl virtual environment of .ci/run)."""
+"""verl's two trainers. Legacy (`trainer.use_v1=false`): `gdpo_fused` through
+verl's own dispatcher equals verl's `gdpo` through it, on batches with
+shuffled uids, uneven groups and a singleton group; `dara` runs through it and
+reports its diagnostics. v1 (verl's default): verl's own
+`PPOTrainer._compute_advantage`, on rows put into TransferQueue the way verl's
+agent loop or colocated reward model puts them, gives what the legacy
+dispatcher gives on the same rows, and the diagnostics land in the step's
+metrics; a Ray run of verl's `run_ppo` with the documented overrides shows the
+setup hook installs the estimators in the TaskRunner. Runs where verl is
+installed (CI: the verl virtual environment of .ci/run, with transferqueue)."""
 import copy
+import faulthandler
+import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 verl = pytest.importorskip("verl")
+import transfer_queue  # noqa: E402
+from hydra import compose, initialize_config_module  # noqa: E402
+from omegaconf import open_dict  # noqa: E402
+from transfer_queue_standin import TransferQueueStandIn  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.trainer.config import AlgoConfig  # noqa: E402
 from verl.trainer.ppo import ray_trainer  # noqa: E402
+from verl.trainer.ppo.padding_utils import upsample_batch_to_divisible_size  # noqa: E402
+from verl.trainer.ppo.v1 import PPOTrainerSync  # noqa: E402
+from verl.trainer.ppo.v1.utils import MetricsAggregator  # noqa: E402
+from verl.utils import tensordict_utils as tu  # noqa: E402
 
 import dara_kernels.integrations.verl as dara_verl  # noqa: E402
 
@@ -85,3 +102,225 @@ def test_group_ids_number_uids_by_first_appearance():
     ids = dara_verl.group_ids(np.array(["b", "a", "b", "c"], dtype=object))
     assert ids.dtype == torch.int64 and ids.tolist() == [0, 1, 0, 2]
     assert dara_verl.group_ids(np.array([7, 3, 7], dtype=np.int32)).tolist() == [7, 3, 7]
+
+
+# ---------------------------------------------------------------- v1 trainer
+
+# What docs/integration-verl.md tells a user to set, composed with verl's own Hydra config.
+DOCUMENTED_OVERRIDES = [
+    "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=dara_kernels.integrations.verl.install",
+    "algorithm.adv_estimator=dara",
+    "+algorithm.gdpo_reward_keys=[accuracy,format,length]",
+    "+algorithm.gdpo_reward_weights=[1.0,0.5,2.0]",
+    "+algorithm.dara_options.alpha=0.5",
+    "+algorithm.dara_options.density_floor=0.05",
+]
+PARTITION = "train"
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def verl_config():
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        config = compose("ppo_trainer", overrides=DOCUMENTED_OVERRIDES)
+    assert config.trainer.use_v1, "verl's default trainer is no longer v1: revisit these tests"
+    return config
+
+
+@pytest.fixture
+def tq(monkeypatch):
+    """verl's v1 modules call transfer_queue.kv_batch_* through the module: the stand-in replaces them."""
+    standin = TransferQueueStandIn()
+    monkeypatch.setattr(transfer_queue, "kv_batch_get", standin.kv_batch_get)
+    monkeypatch.setattr(transfer_queue, "kv_batch_put", standin.kv_batch_put)
+    return standin
+
+
+def v1_rows(seed: int) -> list[dict]:
+    """Responses of uneven prompt groups (a singleton among them) in shuffled order, keyed as verl's agent
+    loop keys them ({uid}_{session}_{output}); tool tokens (mask 0) inside the longer responses."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g, size in enumerate([1, 5, 3, 8, 2, 7, 4]):
+        uid = f"s{seed}p{g}"
+        for session in range(size):
+            length = int(rng.integers(1, 10))
+            mask = torch.ones(length, dtype=torch.int64)
+            if length >= 4:
+                mask[1:3] = 0
+            rows.append({"key": f"{uid}_{session}_0", "uid": uid, "mask": mask, "components": {
+                "accuracy": float(rng.random() < 0.5), "format": float(rng.random() < 0.1),
+                "length": float(rng.normal(0.3, 1.0))}})
+    return [rows[i] for i in rng.permutation(len(rows))]
+
+
+def put_rows(tq, rows, colocated: bool):
+    """As verl writes them: the agent loop puts each row, with compute_score's dict in
+    extra_fields["reward_extra_info"] when reward loop workers scored it; a colocated reward model instead
+    writes rm_scores and its reward_extra_keys afterwards (trainer_base._compute_reward_colocate)."""
+    keys = [r["key"] for r in rows]
+    scores = [torch.zeros(len(r["mask"])).index_fill_(0, torch.tensor([len(r["mask"]) - 1]),
+                                                       sum(r["components"].values())) for r in rows]
+    tq.kv_batch_put(keys=keys, partition_id=PARTITION, tags=[{"status": "success"} for _ in rows],
+                    fields=tu.list_of_dict_to_tensordict([{
+                        "uid": r["uid"], "response_mask": r["mask"], "responses": torch.full_like(r["mask"], 7),
+                        "prompts": torch.full((4,), 5), "rm_scores": s,
+                        "extra_fields": {"reward_extra_info": {} if colocated else dict(r["components"]),
+                                         "min_global_steps": 0}} for r, s in zip(rows, scores)]))
+    if colocated:
+        write_back = {"rm_scores": torch.nested.as_nested_tensor(scores, layout=torch.jagged)}
+        for key in rows[0]["components"]:
+            write_back[key] = np.array([r["components"][key] for r in rows])
+        tq.kv_batch_put(keys=keys, partition_id=PARTITION, fields=tu.get_tensordict(write_back))
+    return transfer_queue.KVBatchMeta(keys=keys, tags=[{"status": "success"} for _ in rows], partition_id=PARTITION)
+
+
+def v1_trainer(config, colocated: bool):
+    """verl's sync v1 trainer without its workers: _compute_advantage reads only the config, and the
+    integration reads whether a reward loop worker or a colocated reward model scored the rows."""
+    trainer = object.__new__(PPOTrainerSync)
+    trainer.config = config
+    trainer.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=None if colocated else [object()])
+    return trainer
+
+
+def v1_advantages(tq, config, rows, estimator: str, colocated: bool = False, batch=None):
+    config = copy.deepcopy(config)
+    config.algorithm.adv_estimator = estimator
+    batch = batch if batch is not None else put_rows(tq, rows, colocated)
+    metrics: dict = {}
+    v1_trainer(config, colocated)._compute_advantage(batch, metrics=metrics)
+    advantages = tq.kv_batch_get(keys=batch.keys, partition_id=PARTITION, select_fields=["advantages"])
+    return advantages["advantages"].to_padded_tensor(0.0), metrics
+
+
+def legacy_advantages(config, rows, estimator: str):
+    """The same rows through the legacy dispatcher, as a DataProto that carries the components."""
+    width = max(len(r["mask"]) for r in rows)
+    mask = torch.stack([torch.nn.functional.pad(r["mask"], (0, width - len(r["mask"]))) for r in rows]).float()
+    lengths = torch.tensor([len(r["mask"]) for r in rows])
+    attention = torch.cat([torch.ones(len(rows), 4), (torch.arange(width) < lengths[:, None]).float()], 1)
+    components = {k: np.array([r["components"][k] for r in rows], dtype=np.float32) for k in rows[0]["components"]}
+    data = DataProto.from_dict(
+        tensors={"prompts": torch.zeros(len(rows), 4, dtype=torch.long), "attention_mask": attention.long(),
+                 "response_mask": mask, "token_level_rewards": torch.zeros(len(rows), width)},
+        non_tensors={"uid": np.array([r["uid"] for r in rows], dtype=object), **components})
+    data = ray_trainer.compute_advantage(data, adv_estimator=estimator, config=config.algorithm)
+    return data.batch["advantages"], data.meta_info.get("dara_metrics")
+
+
+def relative_error(a, b) -> float:
+    return (a - b).abs().max().item() / max(1.0, b.abs().max().item())
+
+
+@pytest.mark.parametrize("colocated", [False, True], ids=["reward-workers", "colocated-reward-model"])
+@pytest.mark.parametrize("seed", range(3))
+def test_v1_gdpo_fused_equals_verl_gdpo(tq, verl_config, seed, colocated):
+    rows = v1_rows(seed)
+    ours, _ = v1_advantages(tq, verl_config, rows, "gdpo_fused", colocated)
+    theirs, _ = legacy_advantages(verl_config, rows, "gdpo")
+    err = relative_error(ours, theirs)
+    print(f"seed {seed}: largest difference {err:.2e} of max |A| through the v1 trainer")
+    assert err < 1e-5
+
+
+def test_v1_dara_reports_metrics_into_the_step(tq, verl_config):
+    rows = v1_rows(11)
+    ours, metrics = v1_advantages(tq, verl_config, rows, "dara")
+    theirs, legacy_metrics = legacy_advantages(verl_config, rows, "dara")
+    assert relative_error(ours, theirs) < 1e-6
+    assert metrics.keys() == legacy_metrics.keys()
+    for key in ["accuracy", "format", "length"]:
+        assert 0.0 < metrics[f"dara/density/{key}"] <= 1.0
+        assert metrics[f"dara/density/{key}"] == pytest.approx(legacy_metrics[f"dara/density/{key}"])
+        assert metrics[f"dara/weight/{key}"] == pytest.approx(legacy_metrics[f"dara/weight/{key}"])
+    # PPOTrainer.step hands each iteration's dict to this aggregator; what survives it is logged.
+    aggregator = MetricsAggregator()
+    aggregator.add_step_metrics(metrics, sample_count=len(rows))
+    assert aggregator.get_aggregated_metrics() == pytest.approx(metrics)
+
+
+def test_v1_padding_rows_do_not_count(tq, verl_config):
+    """verl pads a batch to a multiple of the data-parallel size with copies of its first row (here through
+    verl's own upsample_batch_to_divisible_size): they get advantage 0 and change no statistic."""
+    rows = v1_rows(5)
+    batch = upsample_batch_to_divisible_size(put_rows(tq, rows, colocated=False), 8, EOS)
+    assert len(batch) > len(rows) and batch.tags[-1]["is_padding"]
+    ours, metrics = v1_advantages(tq, verl_config, rows, "dara", batch=batch)
+    theirs, legacy_metrics = legacy_advantages(verl_config, rows, "dara")
+    width = theirs.shape[1]
+    assert relative_error(ours[:len(rows), :width], theirs) < 1e-6
+    assert ours[len(rows):].abs().max() == 0
+    assert metrics == pytest.approx(legacy_metrics)
+
+
+@pytest.mark.parametrize("colocated", [False, True], ids=["reward-workers", "colocated-reward-model"])
+def test_v1_missing_component_names_it(tq, verl_config, colocated):
+    rows = v1_rows(2)
+    for r in rows:
+        del r["components"]["format"]
+    with pytest.raises(ValueError, match=r"reward components \['format'\]"):
+        v1_advantages(tq, verl_config, rows, "dara", colocated)
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus"])
+def test_v1_verl_estimators_untouched(tq, verl_config, estimator):
+    """Other estimators: the wrapped method fetches nothing more and gives what verl's own method gives."""
+    config = copy.deepcopy(verl_config)
+    config.algorithm.adv_estimator = estimator
+    rows = v1_rows(4)
+    batch = put_rows(tq, rows, colocated=False)
+    trainer = v1_trainer(config, colocated=False)
+    fetched, advantages = [], []
+    for method in (type(trainer)._compute_advantage.__wrapped__, type(trainer)._compute_advantage):
+        tq.gets.clear()
+        method(trainer, batch, metrics={})
+        fetched.append(list(tq.gets))
+        advantages.append(tq.kv_batch_get(keys=batch.keys, partition_id=PARTITION, select_fields=["advantages"]))
+    assert fetched[0] == fetched[1]
+    assert torch.equal(advantages[0]["advantages"].values(), advantages[1]["advantages"].values())
+
+
+def test_v1_task_runner_gets_the_estimators_from_the_setup_hook(verl_config, tmp_path):
+    """verl's own run_ppo, given the documented overrides, starts Ray with the setup hook and runs the
+    TaskRunner as a Ray actor, a process that never imports this package otherwise (it gets the test's
+    functions by value, none of which refers to it). There, on the real TransferQueue, verl's
+    _compute_advantage runs "dara"; it must give what the legacy dispatcher gives here."""
+    import ray
+    from verl.trainer import main_ppo
+
+    config = copy.deepcopy(verl_config)
+    with open_dict(config):
+        config.ray_kwargs.ray_init.num_cpus = 4  # the TaskRunner and TransferQueue's controller and storage
+        config.transfer_queue.backend.SimpleStorage.num_data_storage_units = 1
+    rows = v1_rows(9)
+    result = tmp_path / "task_runner.pt"
+
+    @ray.remote
+    class TaskRunner:
+        def __init__(self):
+            self.installed_at_start = "dara_kernels.integrations.verl" in sys.modules
+
+        def run(self, config):
+            transfer_queue.init(config.transfer_queue)
+            try:
+                advantages, metrics = v1_advantages(transfer_queue, config, rows, "dara")
+            finally:
+                transfer_queue.close()
+            torch.save({"installed_at_start": self.installed_at_start, "advantages": advantages,
+                        "metrics": metrics}, result)
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    # run_ppo waits on the TaskRunner without a timeout; an actor Ray cannot place would wait for ever.
+    faulthandler.dump_traceback_later(300, exit=True)
+    try:
+        main_ppo.run_ppo(config, task_runner_class=TaskRunner)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        ray.shutdown()
+        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    got = torch.load(result)
+    theirs, legacy_metrics = legacy_advantages(verl_config, rows, "dara")
+    assert got["installed_at_start"]
+    assert relative_error(got["advantages"], theirs) < 1e-6
+    assert got["metrics"] == pytest.approx(legacy_metrics)

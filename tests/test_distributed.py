@@ -1,5 +1,7 @@
-"""process_group mode: two gloo ranks, each holding whole groups, equal the
-one-process result on the concatenated batch."""
+"""process_group mode with two gloo ranks, each holding whole groups: the
+result equals the one-process result on the concatenated batch, a one-rank
+group gives the same bits as no group, and bad input on one rank makes every
+rank raise the same error without waiting in a collective."""
 import os
 import tempfile
 
@@ -14,6 +16,14 @@ from tests.cases import make_case
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 
 METHODS = ["grpo", "gdpo", "dara", "dvao", "saw", "sa_mrpo", "gd2po_hard"]
+# Bad input on rank 1 only: (label, how rank 1's rewards are spoilt, extra options, the error both ranks raise).
+BAD_INPUTS = [
+    ("inf", lambda r: r.index_fill_(0, torch.tensor([3]), float("inf")), {}, r"3 \+-Inf entries"),
+    ("nan-raise", lambda r: r.index_fill_(0, torch.tensor([5]), float("nan")), {"nan_policy": "raise"},
+     r"NaN entries across the ranks"),
+]
+# A collective left waiting on a rank that raised would stop here, far past a healthy call's time.
+COLLECTIVE_TIMEOUT_S = 20
 
 
 def split_rows(case):
@@ -32,7 +42,10 @@ def dara_ops_of_one_call(case, rows):
 
 
 def worker(rank, init_file, results):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    import datetime
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     try:
         case = make_case(7, "shuffled", 3, nan_fraction=0.1, shape=(97,))
         rows = split_rows(case)[rank]
@@ -44,21 +57,52 @@ def worker(rank, init_file, results):
                     process_group=dist.group.WORLD)
                 results[(rank, method, bn)] = {k: v for k, v in out._asdict().items() if v is not None}
         results[(rank, "dara ops")] = dara_ops_of_one_call(case, rows)
+        for label, spoil, options, _ in BAD_INPUTS:
+            rewards = case.rewards[rows].clone()
+            if rank == 1:
+                spoil(rewards)
+            try:
+                dk.fused_advantage(rewards, group_index=case.layout["group_index"][rows], backend="cpu",
+                                   process_group=dist.group.WORLD, **options)
+                results[(rank, label)] = "no error"
+            except ValueError as err:
+                results[(rank, label)] = str(err)
     finally:
         dist.destroy_process_group()
 
 
-def test_two_ranks_equal_one_process():
+def one_rank_worker(rank, init_file, results):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=1)
+    try:
+        case = make_case(4, "shuffled", 4, nan_fraction=0.1, shape=(97,))
+        for method in METHODS:
+            kwargs = dict(group_index=case.layout["group_index"], method=method, response_mask=case.mask,
+                          batch_norm="token", backend="cpu")
+            alone = dk.fused_advantage(case.rewards, **kwargs)
+            grouped = dk.fused_advantage(case.rewards, process_group=dist.group.WORLD, **kwargs)
+            results[method] = all(torch.equal(a, b) for a, b in zip(alone, grouped) if a is not None)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(fn, nprocs):
     with tempfile.TemporaryDirectory() as tmp:
         manager = mp.Manager()
         results = manager.dict()
-        mp.start_processes(worker, args=(os.path.join(tmp, "init"), results), nprocs=2,
-                           start_method="spawn", join=True)
-        results = dict(results)
+        mp.start_processes(fn, args=(os.path.join(tmp, "init"), results), nprocs=nprocs, start_method="spawn",
+                           join=True)
+        return dict(results)
+
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    return spawn(worker, 2)
+
+
+def test_two_ranks_equal_one_process(two_ranks):
     for rank in range(2):
-        # One op, which reads the rewards twice (accumulate, apply) and
-        # all-reduces in between: no separate accumulate call.
-        assert results[(rank, "dara ops")] == ["dara::fused_advantage"]
+        # The accumulate op, the all-reduce in Python, then the op with the batch's accumulators.
+        assert two_ranks[(rank, "dara ops")] == ["dara::accumulate", "dara::fused_advantage"]
     case = make_case(7, "shuffled", 3, nan_fraction=0.1, shape=(97,))
     parts = split_rows(case)
     for method in METHODS:
@@ -67,7 +111,7 @@ def test_two_ranks_equal_one_process():
                                        method=method, batch_norm=bn, response_mask=case.mask,
                                        backend="cpu")
             for rank, rows in enumerate(parts):
-                got = results[(rank, method, bn)]
+                got = two_ranks[(rank, method, bn)]
                 for name in ("advantages", "token_advantages", "keep", "query_scale"):
                     torch.testing.assert_close(got[name], getattr(whole, name)[rows], rtol=1e-5, atol=1e-6,
                                                msg=f"{method} {bn} rank {rank} {name}")
@@ -75,3 +119,20 @@ def test_two_ranks_equal_one_process():
                              "num_groups", "batch_mean", "batch_std"):
                     torch.testing.assert_close(got[name], getattr(whole, name), rtol=1e-5, atol=1e-6,
                                                msg=f"{method} {bn} rank {rank} {name}")
+                    # Every rank holds the same batch statistics, bit for bit.
+                    assert torch.equal(got[name], two_ranks[(0, method, bn)][name]), (method, bn, name)
+
+
+@pytest.mark.parametrize("label,needle", [(b[0], b[3]) for b in BAD_INPUTS])
+def test_bad_input_on_one_rank_raises_on_every_rank(two_ranks, label, needle):
+    """Both ranks raise the same error; neither waited out the collective's timeout (the module would
+    have failed with a gloo timeout instead)."""
+    import re
+
+    errors = [two_ranks[(rank, label)] for rank in range(2)]
+    assert errors[0] == errors[1], errors
+    assert re.search(needle, errors[0]), errors[0]
+
+
+def test_one_rank_group_gives_the_same_bits_as_none():
+    assert all(spawn(one_rank_worker, 1).values())

@@ -64,12 +64,11 @@ def check_cuda_toolkit(torch_version, torch_cuda, toolkit_cuda, cuda_home):
     if toolkit_cuda is None or release(torch_cuda)[0] == release(toolkit_cuda)[0]:
         return
     raise SystemExit(
-        f"dara-kernels: torch {torch_version} is built for CUDA {torch_cuda}, but the CUDA toolkit at {cuda_home} "
-        f"(nvcc) is CUDA {toolkit_cuda}, and torch cannot compile the CUDA kernels across major versions. "
-        "Either build the CPU kernels only (on a GPU the Triton backend still runs): "
-        "DARA_BUILD_CUDA=0 pip install --no-build-isolation . "
-        f"Or build with a CUDA {release(torch_cuda)[0]}.x toolkit (set CUDA_HOME to it), or install a torch "
-        f"built for CUDA {release(toolkit_cuda)[0]}.x.")
+        f"dara-kernels: torch {torch_version} is built for CUDA {torch_cuda}, but the toolkit's nvcc "
+        f"({os.path.join(cuda_home, 'bin', 'nvcc')}) is CUDA {toolkit_cuda}, and torch cannot compile CUDA code "
+        "across major versions. Either build the CPU kernels only (DARA_BUILD_CUDA=0 pip install "
+        "--no-build-isolation .; on a GPU the Triton backend still runs), or point CUDA_HOME at a CUDA "
+        f"{release(torch_cuda)[0]}.x toolkit, or install a torch built for CUDA {release(toolkit_cuda)[0]}.x.")
 
 
 def check_toolkit_headers(cuda_home, cuda_inc_path):

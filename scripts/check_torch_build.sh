@@ -119,7 +119,7 @@ run_tests() {
 
 if [ ! -x "$PY" ]; then timed "create $VENV" create_venv; fi
 if ! "$PY" -c "import torch, numpy, pytest, ninja, yaml" 2>/dev/null; then
-  timed "install $TORCH_SPEC ${EXTRA_SPECS[*]} numpy pytest ninja pyyaml" install_dependencies
+  timed "install $TORCH_SPEC ${EXTRA_SPECS[*]:+${EXTRA_SPECS[*]} }numpy pytest ninja pyyaml" install_dependencies
 fi
 timed "copy the checkout to $SRC" copy_checkout
 timed "build (MAX_JOBS=${MAX_JOBS:-2})" build

@@ -38,8 +38,8 @@ def test_cuda_major_mismatch_names_what_it_found_and_both_ways_out():
     with pytest.raises(SystemExit) as stop:
         SETUP["check_cuda_toolkit"]("2.8.0+cu128", "12.8", "13.0", "/usr/local/cuda")
     message = str(stop.value)
-    for found in ("torch 2.8.0+cu128", "CUDA 12.8", "/usr/local/cuda", "CUDA 13.0", "DARA_BUILD_CUDA=0",
-                  "CUDA 12.x toolkit (set CUDA_HOME"):
+    for found in ("torch 2.8.0+cu128", "CUDA 12.8", "/usr/local/cuda/bin/nvcc", "CUDA 13.0", "DARA_BUILD_CUDA=0",
+                  "CUDA_HOME at a CUDA 12.x toolkit"):
         assert found in message
 
 

@@ -2,9 +2,11 @@
 # CI step, no GPU needed: builds dara-kernels against one torch release, in a
 # venv of its own, and runs the op suite against that build.
 #   bash scripts/check_torch_build.sh cuda torch==2.11.0 "numpy<2.4"
-#   bash scripts/check_torch_build.sh cpu torch==2.8.0
+#   bash scripts/check_torch_build.sh cpu torch==2.8.0 "numpy<2.4"
 # The arguments after the mode are what pip installs besides pytest, ninja and
-# pyyaml: the torch, and any pins that torch's environment needs.
+# pyyaml: the torch, and any pins that torch's environment needs (numpy<2.4:
+# the Triton interpreter the tests run, 3.4 with torch 2.8 and 3.6 with 2.11,
+# breaks on numpy 2.4).
 # cuda: the build with the CUDA extension (a CUDA torch whose CUDA major
 #   version is nvcc's, CUDA_HOME=/usr/local/cuda unless set, sm_80, sm_90 and
 #   PTX as setup.py builds them without a visible GPU); checks that the CPU and

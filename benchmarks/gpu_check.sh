@@ -2,6 +2,8 @@
 # One-shot GPU acceptance, for a machine with one CUDA GPU, torch, triton and
 # nvcc installed and no network (nothing is installed):
 #   bash benchmarks/gpu_check.sh
+# 0. checks that torch, triton, pytest, numpy, setuptools >= 77 and ninja are
+#    there, and stops naming every one that is missing,
 # 1. builds the extension in place for the detected GPU against the installed
 #    torch (setup.py build_ext --inplace; the checkout goes first on PYTHONPATH),
 # 2. runs the GPU tests with compiled Triton (full sweep against the float64
@@ -11,7 +13,7 @@
 # 4. runs the microbenchmark sweep for cuda and triton with the time left,
 # then prints the summary table. Everything lands in ${OUT:-gpu-out}/.
 # Each step has a timeout and the whole run fits GPU_CHECK_SECONDS (default
-# 450 s), so it ends within 8 minutes on an H100/H200.
+# the build's cap plus 250 s: 500 s), so it ends within 9 minutes on an H100/H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
@@ -20,8 +22,22 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # Compiled Triton on the GPU, not the interpreter the CPU test runs use.
 export TRITON_INTERPRET=0 DARA_TRITON_INTERPRET=0
+# The build's cap: twice its expected time on the GPU machine's 16 cores. It compiles 8 objects; with a core
+# each, it takes as long as its slowest object plus the link and setup.py's start:
+#   BUILD_EXPECTED = max(slowest object, all objects / 16) + start and link;  cap = 2 x that, rounded up to 10 s.
+# Measured on the 2-core CI machine (commit 4a301f4, torch 2.11.0+cu130, TORCH_CUDA_ARCH_LIST=9.0 as for an
+# H200, CPU seconds of each compile under /usr/bin/time, so other jobs on the machine do not count): slowest
+# csrc/cpu/accumulate_cpu.cpp 119 s, then csrc/cpu/apply_cpu.cpp 96 s, all 8 objects 266 s; link 0.5 s, start
+# (torch import) 1.3 s, taken as 5 s. BUILD_EXPECTED = max(119, 266 / 16) + 5 = 124 s; cap 250 s.
+# Re-derive after a change to csrc/: on that machine, with nothing else running (MAX_JOBS=1: one object at
+# a time, so each object's wall time is its one-core time),
+#   rm -rf build && CUDA_HOME=/usr/local/cuda DARA_BUILD_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=1 \
+#     python setup.py build_ext --inplace
+#   awk 'NR > 1 {t = ($2 - $1) / 1000; all += t; if (t > max) max = t} END {print max, all}' build/temp.*/.ninja_log
+BUILD_EXPECTED=124
+BUILD_CAP=$(( (2 * BUILD_EXPECTED + 9) / 10 * 10 ))
 start=$(date +%s)
-deadline=$(( start + ${GPU_CHECK_SECONDS:-450} ))
+deadline=$(( start + ${GPU_CHECK_SECONDS:-$(( BUILD_CAP + 250 ))} ))
 declare -A rc seconds
 
 log() { echo "== [$(( $(date +%s) - start ))s] $*"; }
@@ -48,6 +64,31 @@ run_step() {
   log "$name: exit ${rc[$name]} in ${seconds[$name]}s"
 }
 
+# Nothing can be installed on the GPU machine: say everything that is missing before its minutes go to a build.
+log "prerequisites"
+missing=$("$PY" - 2>/dev/null <<'PY'
+import importlib.util
+
+missing = [name for name in ("torch", "triton", "pytest", "numpy") if importlib.util.find_spec(name) is None]
+import setuptools
+
+if int(setuptools.__version__.split(".")[0]) < 77:
+    missing.append(f"setuptools>=77 (setup.py reads the SPDX license from 77 on; found {setuptools.__version__})")
+if "torch" not in missing:
+    from torch.utils.cpp_extension import is_ninja_available
+
+    if not is_ninja_available():
+        missing.append("ninja")
+print(" ".join(missing))
+PY
+) || missing="python ($PY does not run)"
+if [ -n "$missing" ]; then
+  echo "missing on this machine: $missing. This script installs nothing. torch and triton run everything;" \
+    "pytest runs the GPU tests; numpy the microbenchmark; without ninja torch compiles the extension's files" \
+    "one after another, past the build's cap." >&2
+  exit 1
+fi
+
 log "environment"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 "$PY" -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
@@ -60,8 +101,9 @@ export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 # torch guesses CUDA_HOME from the nvcc on PATH, wrong when that is a link in /usr/local/bin.
 if [ -z "${CUDA_HOME:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then export CUDA_HOME=/usr/local/cuda; fi
 
-run_step build 200 240 "$OUT/build.log" \
+run_step build "$BUILD_CAP" 240 "$OUT/build.log" \
   env DARA_BUILD_CUDA=1 "$PY" setup.py build_ext --inplace
+log "build time: ${seconds[build]:-0}s (cap ${BUILD_CAP}s, expected about ${BUILD_EXPECTED}s on 16 cores)"
 # Every later step needs the CUDA build: without it the GPU tests would only skip.
 if ! "$PY" -c "
 import torch, dara_kernels as dk

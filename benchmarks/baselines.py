@@ -46,3 +46,53 @@ def verl_style_gdpo(rewards: torch.Tensor, uids: np.ndarray, weights: torch.Tens
     var = ((values - mean) ** 2 * mask).sum() / mask.sum()
     var = var * mask.sum() / (mask.sum() - 1)
     return (values - mean) * torch.rsqrt(var + 1e-8) * mask
+
+
+def eager_dara(rewards: torch.Tensor, group_size: int, calibration: str = "positive", max_weight: float = 5.0,
+               eps: float = 1e-6, bn_eps: float = 1e-6) -> torch.Tensor:
+    """DARA as a user would write it in eager float32 torch, for contiguous
+    groups: one view, the group mean and std, the density weights, the
+    calibrated sum, the batch normalisation."""
+    n, k = rewards.shape
+    x = rewards.view(-1, group_size, k)
+    std, mean = torch.std_mean(x, dim=1, keepdim=True)
+    active = std > 1e-6
+    z = torch.where(active, (x - mean) / (std + eps), 0.0)
+    density = active.float().mean((0, 1))
+    weights = torch.where(density > 0, (density.max() / density).sqrt().clamp(max=max_weight), 1.0)
+    if calibration == "positive":
+        s = (z + (weights - 1) * z.clamp(min=0)).sum(-1)
+    else:
+        s = (z * weights).sum(-1)
+    s = s.view(n)
+    return (s - s.mean()) / (s.std() + bn_eps)
+
+
+def authors_style_dara(rewards: torch.Tensor, uids, mask: torch.Tensor, calibration: str = "positive",
+                       max_weight: float = 5.0, eps: float = 1e-6) -> torch.Tensor:
+    """The shape of the authors' published estimator: rows grouped by uid in
+    a Python dict, each group standardised in a loop, each group's activity
+    tested in a loop, then the capped density weights, the calibrated sum
+    and verl's token-level whitening."""
+    groups = defaultdict(list)
+    for row, uid in enumerate(uids):
+        groups[uid].append(row)
+    groups = list(groups.values())
+    z = torch.zeros_like(rewards)
+    for rows in groups:
+        values = rewards[rows]
+        z[rows] = (values - values.mean(0)) / (values.std(0, correction=1) + eps)
+    active = torch.stack([z[rows].abs().sum(0) > 1e-8 for rows in groups])
+    density = active.float().mean(0)
+    weights = torch.ones_like(density)
+    live = density > 0
+    weights[live] = (density[live].max() / density[live]).sqrt().clamp(max=max_weight)
+    if calibration == "positive":
+        s = (z.clamp(max=0) + weights * z.clamp(min=0)).sum(-1)
+    else:
+        s = (z * weights).sum(-1)
+    values = s[:, None] * mask
+    tokens = mask.sum()
+    mean = values.sum() / tokens
+    var = ((values - mean) ** 2 * mask).sum() / (tokens - 1)
+    return (values - mean) * torch.rsqrt(var + 1e-8) * mask

@@ -2,7 +2,7 @@
 of it, TRL-style and verl-style GDPO, and the memory floor, in one process.
 
     python benchmarks/microbench.py [--quick] [--device cpu|cuda] [--json PATH] [--plot PATH]
-    python benchmarks/microbench.py --targets-only --json PATH   # the deployment rows (targets.py)
+    python benchmarks/microbench.py --targets-only [--runs 5] [--build] --json PATH   # the deployment rows (targets.py)
 
 The sweep varies one axis at a time around the headline point (N = 1,048,576
 on CPU, 16,777,216 on GPU; K = 4; G = 16; method dara; contiguous groups):
@@ -215,9 +215,11 @@ def main(argv=None) -> None:
     parser.add_argument("--max-verl-n", type=int, default=1_048_576)
     parser.add_argument("--no-compile-baseline", dest="compile_baseline", action="store_false")
     parser.add_argument("--all-baselines", action="store_true", help="TRL-style for every fixed-layout config")
-    parser.add_argument("--targets", action="store_true",
-                        help="also run the deployment rows (CPU): token-level verl preset, small batch, busy machine")
+    parser.add_argument("--targets", action="store_true", help="also run the deployment rows (CPU, targets.py)")
     parser.add_argument("--targets-only", action="store_true", help="run only the deployment rows")
+    parser.add_argument("--runs", type=int, default=5, help="times each deployment ratio is measured")
+    parser.add_argument("--calls", type=int, default=20, help="calls each side of a ratio is timed over (median)")
+    parser.add_argument("--build", action="store_true", help="also time the CPU extension's build (a minute)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but torch sees no CUDA device")
@@ -246,7 +248,7 @@ def main(argv=None) -> None:
         row = {**asdict(cfg), "seconds": seconds, "floor_seconds": floor_bytes(cfg) / bandwidth}
         rows.append(row)
 
-    targets = run_targets(bandwidth, args.max_repeats) if args.targets or args.targets_only else []
+    targets = run_targets(args.runs, args.calls, args.build) if args.targets or args.targets_only else []
 
     print()
     if rows:

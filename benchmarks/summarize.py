@@ -1,7 +1,5 @@
 """Markdown summary of a microbench JSON: `python benchmarks/summarize.py results.json`.
-With `--before other.json` (the same command run on an earlier build) the
-deployment rows print as a before/after table. benchmarks/RESULTS.md pastes
-this output."""
+benchmarks/RESULTS.md pastes this output."""
 from __future__ import annotations
 
 import argparse
@@ -34,50 +32,27 @@ def sweep_table(data: dict) -> None:
                   f"{ratios} |")
 
 
-def shown(seconds: float) -> str:
-    return f"{seconds * 1e6:.1f} us" if seconds < 1e-3 else f"{seconds * 1e3:.2f} ms"
-
-
-def multiple(row: dict) -> str:
-    return f"{row['floor_multiple']:.1f}" if row.get("floor_multiple") else "-"
-
-
-def targets_table(data: dict, before: dict | None) -> None:
-    earlier = {r["name"]: r for r in before.get("targets", [])} if before else {}
-    if before:
-        print("| row | before | after | floor | floor x before | floor x after | target | met after |")
-        print("|---|---|---|---|---|---|---|---|")
-    else:
-        print("| row | time | floor | floor x | target | met |")
-        print("|---|---|---|---|---|---|")
+def targets_table(data: dict) -> None:
+    print("| row | median | range | runs | target | met |")
+    print("|---|---|---|---|---|---|")
     for r in data.get("targets", []):
-        floor = shown(r["floor_seconds"]) if r["floor_seconds"] else "-"
-        note = f" ({r['speedup']:.0f}x verl's gdpo)" if "speedup" in r else ""
-        met = ("yes" if r["met"] else "**no**") + note
-        if before:
-            b = earlier.get(r["name"])
-            b_time = shown(b["seconds"]) if b else "-"
-            b_note = f" ({b['speedup']:.0f}x)" if b and "speedup" in b else ""
-            print(f"| {r['name']} | {b_time}{b_note} | {shown(r['seconds'])} | {floor} | "
-                  f"{multiple(b) if b else '-'} | {multiple(r)} | {r['target']} | {met} |")
-        else:
-            print(f"| {r['name']} | {shown(r['seconds'])} | {floor} | {multiple(r)} | {r['target']} | {met} |")
+        unit = {"x": "x", "MiB": " MiB", "s": " s"}[r["unit"]]
+        print(f"| {r['name']} | {r['value']:.2f}{unit} | {r['low']:.2f}-{r['high']:.2f} | {len(r['runs'])} | "
+              f"{r['target']} | {'yes' if r['met'] else '**no**'} |")
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results")
-    parser.add_argument("--before", help="the same command's JSON from an earlier build")
     args = parser.parse_args(argv)
     data = json.load(open(args.results))
-    before = json.load(open(args.before)) if args.before else None
     print(machine_line(data))
     if data["rows"]:
         sweep_table(data)
     if data.get("targets"):
         if data["rows"]:
             print()
-        targets_table(data, before)
+        targets_table(data)
 
 
 if __name__ == "__main__":

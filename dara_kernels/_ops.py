@@ -25,6 +25,22 @@ def extension_available() -> bool:
     return EXTENSION_ERROR is None
 
 
+def set_token_cache_bytes(max_bytes: int) -> int:
+    """Bound the memory the CPU backend keeps between calls for its token-level
+    output (default 256 MiB; 0 keeps none) and return the previous bound.
+
+    The last freed `token_advantages` buffer is kept (one buffer, at most
+    this many bytes) for the next call that fits it (capacity at most twice
+    the request, so a response length that changes every step still reuses
+    it): a fresh buffer of tens of MiB costs its page faults on every call,
+    more than writing it."""
+    if not extension_available():
+        raise RuntimeError(f"set_token_cache_bytes needs the CPU backend: {EXTENSION_ERROR}")
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise ValueError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
+    return int(torch.ops.dara.set_token_cache_bytes(max_bytes))
+
+
 def cuda_kernels_compiled() -> bool:
     return extension_available() and torch._C._dispatch_has_kernel_for_dispatch_key(
         "dara::fused_advantage", "CUDA")

@@ -70,7 +70,7 @@ def authors_estimator(rewards, groups, calibration, setup, mask=None, static=Non
 
 
 def paper_batch(seed, prompts=512, group=4, format_rate=0.002):
-    """The paper's tool-calling shape: 512 prompts x 4 responses; correctness ~30%, a rare format reward, length ~50%."""
+    """The paper's tool-calling shape: 512 prompts x 4; correctness ~30%, a rare format reward, length ~50%."""
     gen = torch.Generator().manual_seed(seed)
     n = prompts * group
     rates = torch.tensor([0.3, format_rate, 0.5])

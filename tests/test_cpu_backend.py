@@ -225,3 +225,35 @@ def test_rewards_far_from_zero(method):
 
 def test_calibrations():
     assert calibration_sweep("cpu") > 0
+
+
+def test_token_outputs_are_reused_only_once_freed_and_within_the_bound():
+    """A call's token output keeps its values while later calls run; a freed
+    buffer serves a later call whose output fits it (a longer or shorter T);
+    with a bound of 0 nothing is kept."""
+    case = make_case(6, "shuffled", 3, shape=(97,))
+    gen = torch.Generator().manual_seed(3)
+
+    def call(t):
+        mask = torch.rand(97, t, generator=gen) < 0.6
+        out = dk.fused_advantage(case.rewards, method="gdpo", preset="verl", response_mask=mask, backend="cpu",
+                                 **case.layout)
+        assert torch.equal(out.token_advantages, out.advantages[:, None] * mask)
+        return out.token_advantages
+
+    first = call(3000)
+    kept = first.clone()
+    second = call(3000)
+    assert torch.equal(first, kept) and second.data_ptr() != first.data_ptr()
+    pointer = first.data_ptr()
+    del second, first  # the last one freed is kept
+    assert call(2500).data_ptr() == pointer  # reused: within twice the request
+    previous = dk.set_token_cache_bytes(0)
+    try:
+        assert previous == 256 << 20
+        assert dk.set_token_cache_bytes(0) == 0
+        call(3000)
+    finally:
+        dk.set_token_cache_bytes(previous)
+    with pytest.raises(ValueError, match="max_bytes"):
+        dk.set_token_cache_bytes(-1)

@@ -15,6 +15,7 @@
 #include "accumulate.h"
 #include "apply.h"
 #include "group_layout.h"
+#include "token_buffers.h"
 #include "token_output.h"
 
 namespace dara {
@@ -26,6 +27,7 @@ struct Problem {
   Options options;
   AccumulatorLayout L;
   GroupLayout layout;
+  std::vector<int64_t> mask_prefix;  // per row of the response mask: its length if a prefix row, else kNotPrefix
   at::Tensor rewards, grouped, base, token_weights;  // grouped: the rewards in group order
   RewardMatrix rows;
 
@@ -35,19 +37,16 @@ struct Problem {
   }
 };
 
-at::Tensor token_weights_of(const Options& o, const OptTensor& mask, const OptTensor& lengths, int64_t n) {
-  if (o.batch_norm != kTokenNorm) return {};
-  if (lengths.has_value()) {
-    TORCH_CHECK(lengths->numel() == n, "dara: response_lengths must have N elements");
-    return lengths->to(at::kDouble).contiguous();
-  }
-  TORCH_CHECK(mask.has_value(), "dara: token batch normalisation needs response_mask or response_lengths");
-  const at::Tensor m = mask->contiguous();
-  at::Tensor weights = at::empty({n}, at::kDouble);
-  AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, m.scalar_type(), "dara_token_weights", [&] {
-    mask_row_sums(m.const_data_ptr<scalar_t>(), n, m.size(1), weights.data_ptr<double>());
+// The response mask's row sums (and which rows are prefix rows), read once
+// for both the token weights and the token output.
+at::Tensor mask_row_sums_of(const at::Tensor& mask, std::vector<int64_t>& prefix) {
+  const int64_t n = mask.size(0);
+  at::Tensor sums = at::empty({n}, at::kDouble);
+  prefix.resize(n);
+  AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_weights", [&] {
+    mask_row_sums(mask.const_data_ptr<scalar_t>(), n, mask.size(1), sums.data_ptr<double>(), prefix.data());
   });
-  return weights;
+  return sums;
 }
 
 Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
@@ -76,7 +75,14 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
     TORCH_CHECK(group_size >= 1 && n % group_size == 0, "dara: group_size must divide N");
     p.layout = GroupLayout::contiguous(n, group_size);
   }
-  p.token_weights = token_weights_of(p.options, response_mask, response_lengths, n);
+  at::Tensor mask_sums;
+  if (response_mask.has_value()) mask_sums = mask_row_sums_of(response_mask->contiguous(), p.mask_prefix);
+  if (p.options.batch_norm == kTokenNorm) {
+    TORCH_CHECK(mask_sums.defined() || response_lengths.has_value(),
+                "dara: token batch normalisation needs response_mask or response_lengths");
+    if (!mask_sums.defined()) TORCH_CHECK(response_lengths->numel() == n, "dara: response_lengths must have N elements");
+    p.token_weights = mask_sums.defined() ? mask_sums : response_lengths->to(at::kDouble).contiguous();
+  }
   // The passes read each group's rows several times: in group order they are contiguous.
   if (p.layout.sorted()) {
     const at::Tensor order = at::from_blob(const_cast<int64_t*>(p.layout.rows()), {n}, at::kLong);
@@ -168,16 +174,20 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
   if (response_mask.has_value()) {
     const at::Tensor mask = response_mask->contiguous();
     const int64_t T = mask.size(1);
-    r.token_advantages = at::empty({n, T}, f32);
+    r.token_advantages = empty_token_output(n, T);
     AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_output", [&] {
-      write_token_advantages(r.advantages.const_data_ptr<float>(), mask.const_data_ptr<scalar_t>(), n, T,
-                             r.token_advantages.data_ptr<float>());
+      write_token_advantages(r.advantages.const_data_ptr<float>(), mask.const_data_ptr<scalar_t>(),
+                             p.mask_prefix.data(), n, T, r.token_advantages.data_ptr<float>());
     });
   }
   return outputs_tuple(r);
 }
 
+int64_t set_token_cache_bytes(int64_t bytes) { return token_buffers().set_limit(bytes); }
+
 }  // namespace
+
+TORCH_LIBRARY_FRAGMENT(dara, m) { m.def("set_token_cache_bytes(int bytes) -> int", &set_token_cache_bytes); }
 
 TORCH_LIBRARY_IMPL(dara, CPU, m) {
   m.impl("fused_advantage", &fused_advantage_cpu);

@@ -51,7 +51,9 @@ class DaraGRPOTrainer(GRPOTrainer):
         reserved = {"group_size", "group_index", "reward_weights", "method", "process_group"} & set(options)
         if reserved:
             raise ValueError(f"advantage_options may not set {sorted(reserved)}: the trainer provides them")
-        dk.resolve_options(advantage_method, options.get("preset"))  # fail before loading a model
+        # Fail before loading a model: a method-specific option for another method, a bad value.
+        fields = set(dk.AdvantageOptions.__dataclass_fields__) - {"method", "preset"}
+        dk.resolve_options(advantage_method, options.get("preset"), **{k: v for k, v in options.items() if k in fields})
         super().__init__(*args, **kwargs)
         self.advantage_method = advantage_method
         self.advantage_options = options

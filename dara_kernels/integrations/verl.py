@@ -138,12 +138,17 @@ def compute_gdpo_fused_advantage(token_level_rewards, response_mask, index, epsi
 @core_algos.register_adv_est("dara")
 def compute_dara_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
                            norm_adv_by_std_in_grpo: bool = True, config: Optional[Any] = None, **kwargs):
-    """DARA on the gdpo_reward_keys components; options from algorithm.dara_options or configure()."""
+    """DARA on the gdpo_reward_keys components; options from algorithm.dara_options or configure().
+    `method: static` there runs the paper's static-weight controls (weights from gdpo_reward_weights)."""
     options = dict(_DEFAULT_OPTIONS)
     given = config.get("dara_options", None) if config is not None else None
     if given:
         options.update(dict(given))
-    return _run("dara", options, token_level_rewards, response_mask, index, config, epsilon,
+    method = options.pop("method", "dara")
+    if method not in ("dara", "static"):
+        raise ValueError(f"dara_options.method={method!r}: the dara estimator runs method dara or static "
+                         "(gdpo_fused is GDPO; verl's own estimators cover the rest)")
+    return _run(method, options, token_level_rewards, response_mask, index, config, epsilon,
                 norm_adv_by_std_in_grpo)
 
 

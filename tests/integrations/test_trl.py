@@ -102,17 +102,26 @@ def test_gdpo_trl_preset_equals_trl_normalize_then_sum(tmp_path):
     assert torch.isnan(rewards).all(1).any(), "no completion was unscorable"
 
 
-def test_dara_equals_op_and_logs_metrics(tmp_path):
+@pytest.mark.parametrize("method,options", [("dara", {}), ("static", {"calibration": "positive"})],
+                         ids=["dara-asym", "static-asym"])
+def test_dara_equals_op_and_logs_metrics(tmp_path, method, options):
     import dara_kernels as dk
 
-    trainer = run(RecordingDara, tmp_path, advantage_method="dara")
+    trainer = run(RecordingDara, tmp_path, advantage_method=method, advantage_options=options)
     for record in trainer.records:
-        expected = dk.fused_advantage(record["rewards"], group_size=4, method="dara",
-                                      reward_weights=trainer.reward_weights)
+        expected = dk.fused_advantage(record["rewards"], group_size=4, method=method,
+                                      reward_weights=trainer.reward_weights, **options)
         torch.testing.assert_close(record["advantages"], expected.advantages)
     logged = [h for h in trainer.state.log_history if "dara/density/has_marker" in h]
     assert logged and all(0.0 <= h["dara/density/has_marker"] <= 1.0 for h in logged)
     assert all(math.isfinite(h["dara/weight/digit_count"]) for h in logged)
+
+
+def test_options_checked_before_the_model_loads(tmp_path):
+    with pytest.raises(ValueError, match="calibration applies to"):
+        DaraGRPOTrainer(model="no/such/model", reward_funcs=[has_marker], advantage_method="gdpo",
+                        args=GRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True),
+                        advantage_options={"calibration": "positive"})
 
 
 def test_reserved_options_rejected(tmp_path):

@@ -86,6 +86,35 @@ def test_dara_through_dispatcher_reports_metrics():
     assert torch.isfinite(adv).all() and (adv * (1 - data.batch["response_mask"])).abs().max() == 0
 
 
+@pytest.mark.parametrize("options,weights,expected", [
+    ({}, None, dict(method="dara")),
+    ({"calibration": "symmetric", "max_weight": 2.0}, None,
+     dict(method="dara", calibration="symmetric", max_weight=2.0)),
+    ({"method": "static", "calibration": "positive"}, [1.0, 1.0, 5.0],
+     dict(method="static", calibration="positive", reward_weights=[1.0, 1.0, 5.0])),
+], ids=["dara-asym", "dara-sym-capped-at-2", "static-asym"])
+def test_dara_options_reach_the_op(options, weights, expected):
+    """The paper's arms through algorithm.dara_options: the same advantages as the op called directly."""
+    import dara_kernels as dk
+
+    dara_verl.configure()
+    config = AlgoConfig(gdpo_reward_keys=KEYS, gdpo_reward_weights=weights)
+    config.dara_options = options
+    batch = make_batch(4)
+    data = ray_trainer.compute_advantage(copy.deepcopy(batch), adv_estimator="dara", config=config)
+    rewards = torch.from_numpy(np.stack([batch.non_tensor_batch[k].astype(np.float32) for k in KEYS], 1))
+    direct = dk.fused_advantage(rewards, group_index=dara_verl.group_ids(batch.non_tensor_batch["uid"]),
+                                preset="verl", response_mask=batch.batch["response_mask"], **expected)
+    assert torch.equal(data.batch["advantages"], direct.token_advantages)
+
+
+def test_dara_options_method_must_be_dara_or_static():
+    config = AlgoConfig(gdpo_reward_keys=KEYS)
+    config.dara_options = {"method": "grpo"}
+    with pytest.raises(ValueError, match="dara or static"):
+        ray_trainer.compute_advantage(make_batch(4), adv_estimator="dara", config=config)
+
+
 @pytest.mark.parametrize("estimator", ["gdpo", "grpo", "rloo"])
 def test_verl_estimators_untouched(estimator):
     """Through the wrapper, verl's own estimators give what the unwrapped dispatcher gives."""

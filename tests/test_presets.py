@@ -27,7 +27,7 @@ def trl_normalize_then_sum(rewards, g, weights):
     return torch.where(scorable, out, 0.0)
 
 
-def verl_gdpo(rewards, uids, weights, mask):
+def verl_gdpo(rewards, uids, weights, mask, norm_adv_by_std=True):
     """verl compute_gdpo_outcome_advantage: per component, scores grouped by
     uid; a group of one uses mean 0 and std 1, others mean and unbiased std;
     (r - mean) / (std + 1e-6); weighted sum; masked_whiten over tokens with
@@ -44,7 +44,7 @@ def verl_gdpo(rewards, uids, weights, mask):
                 mean, std = torch.tensor(0.0, dtype=torch.float64), torch.tensor(1.0, dtype=torch.float64)
             else:
                 mean, std = vals.mean(), vals.std()
-            scores[rows] = (vals - mean) / (std + 1e-6)
+            scores[rows] = (vals - mean) / (std + 1e-6) if norm_adv_by_std else vals - mean
         total += weights[c] * scores
     values = total.unsqueeze(1) * mask
     m = mask.double()
@@ -78,6 +78,22 @@ def test_verl_preset(backend, seed):
                              preset="verl", reward_weights=weights, response_mask=case.mask,
                              backend=backend)
     torch.testing.assert_close(out.token_advantages.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_verl_preset_whitens_with_bn_eps_1e_8(backend):
+    """A batch whose token variance is near bn_eps (rewards 1e-4 apart, verl's norm_adv_by_std_in_grpo=False):
+    verl's rsqrt(var + 1e-8) and 1e-6 differ here by half the advantage."""
+    if backend == "cpu" and not dk.extension_available():
+        pytest.skip("extension not built")
+    case = make_case(5, "shuffled", 3, nan_fraction=0.0, shape=(60,))
+    rewards = 1e-4 * case.rewards
+    weights = torch.tensor([1.0, 0.5, 2.0])
+    expected = verl_gdpo(rewards, case.layout["group_index"], weights, case.mask, norm_adv_by_std=False)
+    out = dk.fused_advantage(rewards, group_index=case.layout["group_index"], method="gdpo", preset="verl",
+                             reward_weights=weights, response_mask=case.mask, scale_by_std=False, backend=backend)
+    assert out.batch_std.item() ** 2 < 1e-6  # so bn_eps = 1e-6 in its place would change every advantage
+    torch.testing.assert_close(out.token_advantages.double(), expected, rtol=1e-4, atol=1e-4)
 
 
 def test_explicit_keyword_beats_preset():

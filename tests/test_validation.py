@@ -86,3 +86,12 @@ def test_process_group_needs_kernel_backend():
 def test_nan_guard_is_active():
     """The conftest's NaN fill is what makes unwritten outputs visible."""
     assert torch.isnan(torch.empty(8)).all()
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_equal_reward_bounds_are_valid(backend):
+    """lo == hi is allowed (docs/spec.md#inputs: only lo > hi is an error): SA-MRPO's saturation is then 0."""
+    if backend == "cpu" and not dk.extension_available():
+        pytest.skip("extension not built")
+    out = dk.fused_advantage(R, 2, method="sa_mrpo", reward_bounds=[(1.0, 1.0), (0.0, 1.0)], backend=backend)
+    assert out.weights[0].item() == 1.0

@@ -33,7 +33,7 @@ struct RowSignal {
 enum class Columns { kRuntime, kSummed, kGroupWeighted, kPositiveParts, kPerReward };
 
 DARA_HD Columns columns_of(const Options& o) {
-  return o.combined_column()   ? Columns::kSummed
+  return o.combined_column()  ? Columns::kSummed
          : o.group_weighted() ? Columns::kGroupWeighted
          : o.positive_parts() ? Columns::kPositiveParts
                               : Columns::kPerReward;

@@ -172,9 +172,9 @@ class Group {
     for (int l = 0; l < kLanes; ++l) {
       double row[N], reward_a[N], column_a[NC];
       const bool here = Full || i0 + l < n_;
-      const RowSignal rs = here ? row_signal<KT, Complete, M>(load(i0 + l, row), K(), o_, a_.base, group,
-                                                              reward_a, column_a)
-                                : RowSignal{false, false};
+      const RowSignal rs =
+          here ? row_signal<KT, Complete, M>(load(i0 + l, row), K(), o_, a_.base, group, reward_a, column_a)
+               : RowSignal{false, false};
       const bool in = Complete ? here : rs.keep && rs.scorable;
       in_r[l] = in ? 1.0 : 0.0;
       kept[l] = (Complete ? here : rs.keep) ? 1.0 : 0.0;
@@ -210,9 +210,7 @@ class Group {
   // A compile-time constant for a fixed KT, so the loops over rewards unroll.
   int K() const { return KT > 0 ? KT : L_.K; }
 
-  const double* load(int64_t i, double* row) const {
-    return load_row<KT>(rewards_, begin_ + i, K(), row);
-  }
+  const double* load(int64_t i, double* row) const { return load_row<KT>(rewards_, begin_ + i, K(), row); }
 
   template <bool Complete>
   void deviations(const double* mean, double* dev) const {

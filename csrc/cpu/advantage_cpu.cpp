@@ -80,7 +80,8 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
   if (p.options.batch_norm == kTokenNorm) {
     TORCH_CHECK(mask_sums.defined() || response_lengths.has_value(),
                 "dara: token batch normalisation needs response_mask or response_lengths");
-    if (!mask_sums.defined()) TORCH_CHECK(response_lengths->numel() == n, "dara: response_lengths must have N elements");
+    if (!mask_sums.defined())
+      TORCH_CHECK(response_lengths->numel() == n, "dara: response_lengths must have N elements");
     p.token_weights = mask_sums.defined() ? mask_sums : response_lengths->to(at::kDouble).contiguous();
   }
   // The passes read each group's rows several times: in group order they are contiguous.
@@ -124,8 +125,7 @@ at::Tensor given(const OptTensor& t, int64_t size, const char* name) {
 OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
                                 const at::Tensor& reward_weights, const OptTensor& response_mask,
                                 const OptTensor& response_lengths, const OptTensor& reward_bounds,
-                                const OptTensor& accumulators, const OptTensor& extrema,
-                                at::ArrayRef<double> options) {
+                                const OptTensor& accumulators, const OptTensor& extrema, at::ArrayRef<double> options) {
   const Problem p =
       make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
   const int64_t n = rewards.size(0), K = p.L.K;
@@ -151,7 +151,8 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
   std::vector<double> combine(p.L.C), shift_scale(2), scratch(2 * K);
   const FinalizeInputs in{acc.defined() ? acc.const_data_ptr<double>() : local_acc.data(),
                           ext.defined() ? ext.const_data_ptr<double>() : local_ext.data(),
-                          p.base.const_data_ptr<double>(), bounds.defined() ? bounds.const_data_ptr<double>() : nullptr};
+                          p.base.const_data_ptr<double>(),
+                          bounds.defined() ? bounds.const_data_ptr<double>() : nullptr};
   const FinalizeOutputs fin{r.density.data_ptr<float>(),
                             r.weights.data_ptr<float>(),
                             r.energy.data_ptr<float>(),

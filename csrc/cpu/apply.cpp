@@ -22,8 +22,8 @@ void apply_group(const AccumulateArgs& a, const AccumulatorLayout& L, const Grou
   const double kappa = table.kappa[g];
   const double factor = (o.apply_query_scale ? kappa : 1.0) * args.scale;
   for (int64_t p = layout.begin(g); p < layout.end(g); ++p) {
-    const RowSignal rs = row_signal<KT, Complete, M>(load_row<KT>(rewards, p, K, row), K, o, a.base, group, reward_a,
-                                                     column_a);
+    const RowSignal rs =
+        row_signal<KT, Complete, M>(load_row<KT>(rewards, p, K, row), K, o, a.base, group, reward_a, column_a);
     const int64_t j = layout.row(p);
     out.advantages[j] = static_cast<float>(row_advantage<CT>(rs, column_a, L.C, args.combine, args.shift, factor));
     if (o.drops_conflicts()) {

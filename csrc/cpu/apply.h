@@ -16,8 +16,8 @@ struct ApplyArgs {
 };
 
 struct ApplyOutputs {
-  float* advantages;  // [N]
-  bool* keep;         // [N]
+  float* advantages;   // [N]
+  bool* keep;          // [N]
   float* query_scale;  // [N]
 };
 

@@ -77,7 +77,8 @@ GroupLayout GroupLayout::from_ids(const int64_t* ids, int64_t n) {
   std::vector<int64_t> next(slices * key.count, 0);
   auto for_each_slice = [&](const auto& body) {
     at::parallel_for(0, slices, 1, [&](int64_t s0, int64_t s1) {
-      for (int64_t s = s0; s < s1; ++s) body(next.data() + s * key.count, s * per_slice, std::min(n, (s + 1) * per_slice));
+      for (int64_t s = s0; s < s1; ++s)
+        body(next.data() + s * key.count, s * per_slice, std::min(n, (s + 1) * per_slice));
     });
   };
   for_each_slice([&](int64_t* count, int64_t j0, int64_t j1) {

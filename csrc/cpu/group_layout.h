@@ -24,8 +24,8 @@ class GroupLayout {
 
  private:
   int64_t num_groups_ = 0;
-  int64_t group_size_ = 0;        // contiguous groups; 0 for a group_index
-  std::vector<int64_t> offsets_;  // [B + 1] first position of each group
+  int64_t group_size_ = 0;           // contiguous groups; 0 for a group_index
+  std::vector<int64_t> offsets_;     // [B + 1] first position of each group
   std::shared_ptr<int64_t[]> rows_;  // [N] input row at each position
 };
 

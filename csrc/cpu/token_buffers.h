@@ -91,8 +91,7 @@ inline at::Tensor empty_token_output(int64_t n, int64_t T) {
   if (n * T == 0) return at::empty({n, T}, at::kFloat);
   size_t capacity;
   void* data = token_buffers().take(static_cast<size_t>(n * T) * sizeof(float), &capacity);
-  at::Tensor out = at::from_blob(
-      data, {n, T}, [capacity](void* p) { token_buffers().give(p, capacity); }, at::kFloat);
+  at::Tensor out = at::from_blob(data, {n, T}, [capacity](void* p) { token_buffers().give(p, capacity); }, at::kFloat);
   // As at::empty does under torch.utils.deterministic.fill_uninitialized_memory,
   // so a reused buffer cannot hide an element the kernel failed to write.
   const auto& context = at::globalContext();

@@ -52,8 +52,8 @@ void mask_row_sums(const mask_t* mask_in, int64_t n, int64_t T, double* out, int
 // float32 tensor times the mask (in double for a float64 mask); a prefix
 // row (prefix[j] != kNotPrefix) from its length.
 template <typename mask_t>
-void write_token_advantages(const float* advantages, const mask_t* mask_in, const int64_t* prefix, int64_t n,
-                            int64_t T, float* out) {
+void write_token_advantages(const float* advantages, const mask_t* mask_in, const int64_t* prefix, int64_t n, int64_t T,
+                            float* out) {
   const auto* mask = reinterpret_cast<const mask_bytes_t<mask_t>*>(mask_in);
   using product_t = std::conditional_t<std::is_same_v<mask_t, double>, double, float>;
   const int64_t bytes = n * T * static_cast<int64_t>(sizeof(mask_t) + sizeof(float));

@@ -190,7 +190,8 @@ std::tuple<at::Tensor, at::Tensor> accumulate_cuda(const at::Tensor& rewards, co
 OutputTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
                                  const at::Tensor& reward_weights, const OptTensor& response_mask,
                                  const OptTensor& response_lengths, const OptTensor& reward_bounds,
-                                 const OptTensor& accumulators, const OptTensor& extrema, at::ArrayRef<double> options) {
+                                 const OptTensor& accumulators, const OptTensor& extrema,
+                                 at::ArrayRef<double> options) {
   const c10::cuda::CUDAGuard guard(rewards.device());
   Prepared p = prepare(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, reward_bounds,
                        options);

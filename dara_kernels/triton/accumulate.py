@@ -30,8 +30,8 @@ def accumulate_kernel(
     groups = zero
     rows = zero
     token_total = zero
-    infinite = zero
-    missing = zero
+    infinite_v = zero_k
+    missing_v = zero_k
     active_v = zero_k
     energy_v = zero_k
     count_v = zero_k
@@ -44,8 +44,12 @@ def accumulate_kernel(
     token_cross_m = tl.zeros([BLOCK_K, BLOCK_K], dtype=tl.float64)
     max_v = tl.full([BLOCK_K], float("-inf"), tl.float64)
     max_negated_v = tl.full([BLOCK_K], float("-inf"), tl.float64)
+    # What the row formulas read for a method without DVAO weights or GRPO's summed column.
+    no_weight = tl.zeros([BLOCK_K], dtype=tl.float32)
+    no_scale = tl.full((), 0.0, tl.float32)
     for g in range(pid, num_groups, programs):
         begin, end = group_bounds(offsets_ptr, g, group_size, HAS_INDEX)
+        size = (end - begin).to(tl.float64)
         count = zero_k
         total = zero_k
         sum_count = zero
@@ -56,17 +60,17 @@ def accumulate_kernel(
             xv = tl.where(valid, x, 0.0)
             count += tl.sum(valid.to(tl.float64), 0)
             total += tl.sum(xv, 0)
-            entries = rmask[:, None] & kmask[None, :]
-            missing += tl.sum(tl.sum((entries & ~valid).to(tl.float64), 1), 0)
-            infinite += tl.sum(tl.sum((valid & (tl.abs(x) == float("inf"))).to(tl.float64), 1), 0)
-            scorable = tl.sum(valid.to(tl.int32), 1) > 0
-            sum_count += tl.sum(scorable.to(tl.float64), 0)
-            sum_total += tl.sum(row_reward_sum(x, valid, base), 0)
+            infinite_v += tl.sum((valid & (tl.abs(x) == float("inf"))).to(tl.float64), 0)
+            if combined != 0:
+                scorable = tl.sum(valid.to(tl.int32), 1) > 0
+                sum_count += tl.sum(scorable.to(tl.float64), 0)
+                sum_total += tl.sum(row_reward_sum(x, valid, base), 0)
             if raw != 0:
-                raw_sum_v += tl.sum(xv, 0)
                 sum_sq_v += tl.sum(xv * xv, 0)
                 max_v = tl.maximum(max_v, tl.max(tl.where(valid, x, float("-inf")), 0))
                 max_negated_v = tl.maximum(max_negated_v, tl.max(tl.where(valid, -x, float("-inf")), 0))
+        # Entries that do not count (NaN, unless scored as 0).
+        missing_v += tl.where(kmask, size - count, 0.0)
         mean = total / tl.maximum(count, 1.0)
         sum_mean = sum_total / tl.maximum(sum_count, 1.0)
         dev = zero_k
@@ -76,9 +80,10 @@ def accumulate_kernel(
                                              HAS_INDEX, BLOCK_R)
             d = tl.where(valid, x - mean[None, :], 0.0)
             dev += tl.sum(d * d, 0)
-            scorable = tl.sum(valid.to(tl.int32), 1) > 0
-            dr = row_reward_sum(x, valid, base) - sum_mean
-            sum_dev += tl.sum(tl.where(scorable, dr * dr, 0.0), 0)
+            if combined != 0:
+                scorable = tl.sum(valid.to(tl.int32), 1) > 0
+                dr = row_reward_sum(x, valid, base) - sum_mean
+                sum_dev += tl.sum(tl.where(scorable, dr * dr, 0.0), 0)
         mean, std, scale, active = finish_column(count, mean, dev, eps, active_tol,
                                                  unbiased, scale_by_std, singleton_verl)
         # The row formulas use the float32 scale apply reads back from the table.
@@ -87,28 +92,33 @@ def accumulate_kernel(
         tl.store(scale_ptr + g * K + kr, scale, mask=kmask)
         active_v += active.to(tl.float64)
         count_v += count
-        spread = tl.where(kmask, base * std, 0.0)
-        spread_total = tl.sum(spread, 0)
-        dvao_weight = tl.where(spread_total != 0.0, spread / tl.where(spread_total != 0.0, spread_total, 1.0), 0.0)
-        weight = dvao_weight.to(tl.float32)
+        raw_sum_v += total
+        weight = no_weight
         if group_weighted != 0:
+            spread = tl.where(kmask, base * std, 0.0)
+            spread_total = tl.sum(spread, 0)
+            dvao_weight = tl.where(spread_total != 0.0, spread / tl.where(spread_total != 0.0, spread_total, 1.0),
+                                   0.0)
+            weight = dvao_weight.to(tl.float32)
             tl.store(weight_ptr + g * K + kr, weight, mask=kmask)
             weight_v += dvao_weight
-        sum_mean, sum_std, sum_scale, sum_active = finish_column(
-            sum_count, sum_mean, sum_dev, eps, active_tol, unbiased, scale_by_std, singleton_verl)
-        sum_scale = sum_scale.to(tl.float32)
+        sum_scale = no_scale
         if combined != 0:
+            sum_mean, sum_std, sum_scale64, sum_active = finish_column(
+                sum_count, sum_mean, sum_dev, eps, active_tol, unbiased, scale_by_std, singleton_verl)
+            sum_scale = sum_scale64.to(tl.float32)
             tl.store(sum_stats_ptr + 2 * g, sum_mean)
             tl.store(sum_stats_ptr + 2 * g + 1, sum_scale.to(tl.float64))
         groups += 1.0
-        kept = 0.0
+        kept = size.to(tl.float32)
         for r0 in range(begin, end, BLOCK_R):
             x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
                                                  kk, combined, group_weighted, drops, positive)
             energy_v += tl.sum(a * a, 0).to(tl.float64)
-            kept += tl.sum((keep & rmask).to(tl.float32), 0)
+            if drops != 0:
+                kept -= tl.sum((~keep & rmask).to(tl.float32), 0)
             selected = keep & scorable & rmask
             col = tl.where(selected[:, None], col, 0.0)
             rows += tl.sum(selected.to(tl.float32), 0).to(tl.float64)
@@ -121,14 +131,14 @@ def accumulate_kernel(
                 token_total += tl.sum(w, 0).to(tl.float64)
                 token_signal_v += tl.sum(col * w[:, None], 0).to(tl.float64)
                 token_cross_m += tl.sum(outer * w[:, None, None], 0).to(tl.float64)
-        tl.store(kappa_ptr + g, kept / (end - begin).to(tl.float32))
+        tl.store(kappa_ptr + g, kept / size.to(tl.float32))
     out = partial_ptr + pid * wire.accumulator_size(K, C)
     first = kk == 0
     tl.store(out + wire.groups_at(K, C) + kk, groups + zero_k, mask=first)
     tl.store(out + wire.rows_at(K, C) + kk, rows + zero_k, mask=first)
     tl.store(out + wire.token_total_at(K, C) + kk, token_total + zero_k, mask=first)
-    tl.store(out + wire.infinite_rewards_at(K, C) + kk, infinite + zero_k, mask=first)
-    tl.store(out + wire.missing_rewards_at(K, C) + kk, missing + zero_k, mask=first)
+    tl.store(out + wire.infinite_rewards_at(K, C) + kk, tl.sum(infinite_v, 0) + zero_k, mask=first)
+    tl.store(out + wire.missing_rewards_at(K, C) + kk, tl.sum(missing_v, 0) + zero_k, mask=first)
     # The Python distributed driver counts negative lengths into this slot.
     tl.store(out + wire.negative_lengths_at(K, C) + kk, zero_k, mask=first)
     tl.store(out + wire.active_at(K, C) + kr, active_v, mask=kmask)

@@ -78,15 +78,19 @@ def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk,
     """Per-reward A_jk, the row's combined columns by lane and each row's
     scorable/keep flags (docs/spec.md#aggregation). x, mean, base and sum_mean
     are float64; each difference from a mean is taken there and then rounded
-    to float32."""
+    to float32. A method's own work sits behind its runtime flag."""
     a = tl.where(valid, (x - mean[None, :]).to(tl.float32) * scale[None, :], 0.0)
     scorable = tl.sum(valid.to(tl.int32), 1) > 0
-    has_positive = tl.sum((a > 0.0).to(tl.int32), 1) > 0
-    has_negative = tl.sum((a < 0.0).to(tl.int32), 1) > 0
-    keep = ~(has_positive & has_negative & (drops != 0))
-    summed = tl.where(scorable, (row_reward_sum(x, valid, base) - sum_mean).to(tl.float32) * sum_scale, 0.0)
+    keep = tl.full(scorable.shape, True, tl.int1)
+    if drops != 0:
+        has_positive = tl.sum((a > 0.0).to(tl.int32), 1) > 0
+        has_negative = tl.sum((a < 0.0).to(tl.int32), 1) > 0
+        keep = ~(has_positive & has_negative)
     col = tl.where(group_weighted != 0, a * weight[None, :], a)
     first = kk[None, :] == 0
-    col = tl.where(positive != 0, tl.where(first, tl.sum(a, 1)[:, None], tl.maximum(a, 0.0)), col)
-    col = tl.where(combined != 0, tl.where(first, summed[:, None], 0.0), col)
+    if positive != 0:
+        col = tl.where(first, tl.sum(a, 1)[:, None], tl.maximum(a, 0.0))
+    if combined != 0:
+        summed = tl.where(scorable, (row_reward_sum(x, valid, base) - sum_mean).to(tl.float32) * sum_scale, 0.0)
+        col = tl.where(first, summed[:, None], 0.0)
     return a, col, scorable, keep

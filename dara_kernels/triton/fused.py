@@ -24,23 +24,19 @@ from .layout import DeviceLayout, device_layout
 PROGRAMS_PER_SM = 8
 # Registers a thread may use, given to ptxas (maxnreg) so that eight programs
 # stay resident per SM (65,536 registers): accumulate at 2 warps, apply at 4.
-# Without a cap ptxas aims at occupancy steps of its own, and spilled a few
-# bytes in some variants to reach them. scripts/check_triton_compiles.py fails
-# on any spill, so a variant that needs more than its cap fails there.
+# Without a cap ptxas aimed at occupancy steps of its own and spilled a few
+# bytes in some variants to reach them; with it, a variant that needs more
+# spills, and scripts/check_triton_compiles.py fails on any spill.
 ACCUMULATE_REGISTERS = 128
 APPLY_WARPS = 4
 APPLY_REGISTERS = 64
 # Finalize is one program: 8 warps spread its [lanes, lanes] matrices so
 # that no variant spills.
 FINALIZE_WARPS = 8
-# (rows per tile, accumulate's warps) by the tile's lane block (common.py).
-# The accumulate tile keeps a [rows, lanes, lanes] outer product live, so rows
-# shrink as the block grows; its loop-carried batch sums are replicated per
-# thread. Chosen with the compile check (Triton 3.9): one more row at blocks
-# 8, 16 and 32, or 4 warps at block 8, spilled or needed more than 128
-# registers. Blocks 16 and 32 (K > 8, or K = 8 under positive calibration)
-# take 8 warps, so fewer of their programs are resident.
-TILES = {2: (16, 1), 4: (16, 2), 8: (4, 2), 16: (2, 8), 32: (1, 8)}
+# Rows per tile: the accumulate tile keeps a [rows, lanes, lanes] outer
+# product live, so rows shrink as the lanes grow to hold it near 256 values.
+TILE_VALUES = 256
+MAX_BLOCK_R = 16
 # The interpreter runs programs one after another; two still exercise the
 # cross-program reduction.
 INTERPRETER_PROGRAMS = 2
@@ -66,12 +62,16 @@ def block_k(lanes: int) -> int:
     return max(2, triton.next_power_of_2(lanes))
 
 
+# Accumulate's warps per program follow its tile: its loop-carried batch
+# sums are replicated per thread, so small tiles take few warps; blocks of 16
+# and 32 lanes (K > 8, or K = 8 under positive calibration) take 8 warps to
+# spread their [lanes, lanes] sums within the register cap.
 def accumulate_warps(lanes: int) -> int:
-    return TILES[block_k(lanes)][1]
+    return {2: 1, 4: 2, 8: 2}.get(block_k(lanes), 8)
 
 
 def block_r(lanes: int) -> int:
-    return TILES[block_k(lanes)][0]
+    return max(2, min(MAX_BLOCK_R, TILE_VALUES // block_k(lanes) ** 2))
 
 
 def _token_weights(inputs: PreparedInputs, opts: AdvantageOptions):

@@ -45,7 +45,7 @@ def _dara_weights(base, density, kmask, alpha, density_floor, max_weight):
     active nowhere gets b_k max_weight."""
     floored = tl.where(kmask, tl.maximum(density, density_floor), 0.0)
     top = tl.max(floored, 0)
-    # Lanes past K take ratio 1, so they make no 0 * inf.
+    # Lanes without a reward take ratio 1, so they make no 0 * inf.
     ratio = tl.where(kmask, tl.where(top > 0.0, floored / tl.where(top > 0.0, top, 1.0), 0.0), 1.0)
     return tl.where(kmask, base * tl.minimum(_power(ratio, -alpha), max_weight), 0.0)
 

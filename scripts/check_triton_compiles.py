@@ -41,7 +41,7 @@ import torch  # noqa: E402
 # 128 registers per thread keeps PROGRAMS_PER_SM (8) accumulate programs of
 # 2 warps resident on one SM (65,536 registers / (8 * 64 threads)).
 REGISTER_BUDGET = 128
-COMPILE_OPTIONS = ("num_warps",)
+COMPILE_OPTIONS = ("num_warps", "maxnreg")
 KS = (1, 3, 4, 8, 16)
 REWARD_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 # None: no token weights; "lengths": response_lengths; a dtype: response_mask of that dtype.

@@ -12,7 +12,7 @@ import dara_kernels as dk
 from dara_kernels.wire import MAX_REWARDS
 from tests.cases import make_case
 from tests.compare import TOLERANCES, assert_matches
-from tests.sweep import DTYPES, KS, LAYOUTS, compare_once, sweep_against_reference
+from tests.sweep import DTYPES, KS, LAYOUTS, calibration_sweep, compare_once, offset_sweep, sweep_against_reference
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 COMPILED_ON_GPU = DEVICE == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
@@ -35,6 +35,54 @@ def test_against_reference(method, layout):
         k, dtype, bn, policy = COMBOS[(start + i * 17) % len(COMBOS)]
         shape = SHAPES[layout][i % len(SHAPES[layout])]
         compare_once("triton", method, layout, k, dtype, shape, bn, policy, seed=i, device=DEVICE)
+
+
+@pytest.mark.parametrize("method", dk.METHODS)
+def test_rewards_far_from_zero(method):
+    """Mean/spread up to 1e4: each row's difference from its group mean is
+    taken in double, so the mean's rounding does not scale with the offset."""
+    assert offset_sweep("triton", method, device=DEVICE) > 0
+
+
+def test_calibrations():
+    """Positive and symmetric calibration with density and static weights,
+    a capped reward and one active nowhere; K = 4 takes a 5-lane tile."""
+    assert calibration_sweep("triton", device=DEVICE) > 0
+
+
+# The interpreter's numpy warns on the arithmetic with Inf; the counts are what is checked.
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("policy, missing", [("ignore", 3), ("zero", 0)])
+def test_accumulate_counts_bad_rewards(policy, missing):
+    """Distributed mode's check: accumulate counts +-Inf entries and the NaN
+    entries that do not count into their slots, summed over its programs, so
+    every rank raises the same error after the all-reduce."""
+    from dara_kernels.distributed import raise_on_bad_input
+    from dara_kernels.options import resolve_options
+    from dara_kernels.triton.fused import fused_advantage_triton
+    from dara_kernels.validation import prepare_inputs
+    from dara_kernels.wire import ACCUMULATOR_SEGMENTS, combined_columns, segment_offsets
+
+    rewards = make_case(9, "fixed", 3, nan_fraction=0.0, shape=(32, 4)).rewards
+    rewards[[1, 30], [0, 2]] = torch.tensor([float("inf"), float("-inf")])
+    rewards[[2, 2, 17], [0, 1, 2]] = float("nan")
+    opts = resolve_options("dara", None, nan_policy=policy)
+    inputs = prepare_inputs(rewards.to(DEVICE), group_size=4, group_index=None, reward_weights=None,
+                            response_mask=None, response_lengths=None, reward_bounds=None, nan_policy=policy,
+                            batch_norm=opts.batch_norm, validate=True, value_checks="reduced")
+    seen = {}
+
+    def keep(acc, ext):
+        seen["acc"] = acc.cpu()
+        return acc, ext
+
+    fused_advantage_triton(inputs, opts, keep)
+    slots = segment_offsets(ACCUMULATOR_SEGMENTS, 3, combined_columns("dara", 3, positive=True))
+    assert seen["acc"][slots["infinite_rewards"]] == 2
+    assert seen["acc"][slots["missing_rewards"]] == missing
+    assert seen["acc"][slots["negative_lengths"]] == 0
+    with pytest.raises(ValueError, match="2 [+]-Inf entries"):
+        raise_on_bad_input(seen["acc"], inputs, opts)
 
 
 @pytest.mark.parametrize("preset", ["trl", "verl"])

@@ -1,13 +1,13 @@
 """Accumulate stage: each program walks groups pid, pid + P, ... and writes
 its partial batch accumulators (offsets from the generated wire module) and
-extremes; the per-group table (means, scales, DVAO weights, GRPO column,
-kappa) is left for apply. Partials are summed in program order by finalize,
-so results are deterministic."""
+extremes; the per-group table (float64 means, scales, DVAO weights, GRPO's
+summed-column statistics, kappa) is left for apply. Partials are summed in
+program order by finalize, so results are deterministic. Lanes: common.py."""
 import triton
 import triton.language as tl
 
 from . import wire
-from .common import finish_column, group_bounds, load_tile, row_columns
+from .common import finish_column, group_bounds, load_tile, row_columns, row_reward_sum
 
 
 @triton.jit
@@ -15,19 +15,23 @@ def accumulate_kernel(
     rewards_ptr, rows_ptr, offsets_ptr, num_groups_ptr, base_ptr, token_ptr,
     mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, partial_ptr, extrema_ptr,
     K, C, group_size, eps, active_tol,
-    has_token, combined, group_weighted, drops, raw, nan_to_zero, unbiased, scale_by_std, singleton_verl,
+    has_token, combined, group_weighted, drops, raw, nan_to_zero, unbiased, scale_by_std, singleton_verl, positive,
     HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     num_groups = tl.load(num_groups_ptr)
     kk = tl.arange(0, BLOCK_K)
-    kmask = kk < K
-    base = tl.load(base_ptr + kk, mask=kmask, other=0.0).to(tl.float32)
+    kr = kk - positive
+    kmask = (kr >= 0) & (kr < K)
+    base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
     zero_k = tl.zeros([BLOCK_K], dtype=tl.float64)
-    groups_v = zero_k
-    rows_v = zero_k
-    token_v = zero_k
+    zero = tl.full((), 0.0, tl.float64)
+    groups = zero
+    rows = zero
+    token_total = zero
+    infinite_v = zero_k
+    missing_v = zero_k
     active_v = zero_k
     energy_v = zero_k
     count_v = zero_k
@@ -38,99 +42,112 @@ def accumulate_kernel(
     token_signal_v = zero_k
     cross_m = tl.zeros([BLOCK_K, BLOCK_K], dtype=tl.float64)
     token_cross_m = tl.zeros([BLOCK_K, BLOCK_K], dtype=tl.float64)
-    max_v = tl.full([BLOCK_K], float("-inf"), tl.float32)
-    max_negated_v = tl.full([BLOCK_K], float("-inf"), tl.float32)
-
+    max_v = tl.full([BLOCK_K], float("-inf"), tl.float64)
+    max_negated_v = tl.full([BLOCK_K], float("-inf"), tl.float64)
+    # What the row formulas read for a method without DVAO weights or GRPO's summed column.
+    no_weight = tl.zeros([BLOCK_K], dtype=tl.float32)
+    no_scale = tl.full((), 0.0, tl.float32)
     for g in range(pid, num_groups, programs):
         begin, end = group_bounds(offsets_ptr, g, group_size, HAS_INDEX)
-        count = tl.zeros([BLOCK_K], dtype=tl.float32)
-        total = tl.zeros([BLOCK_K], dtype=tl.float32)
-        sum_count = 0.0
-        sum_total = 0.0
+        size = (end - begin).to(tl.float64)
+        count = zero_k
+        total = zero_k
+        sum_count = zero
+        sum_total = zero
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask, nan_to_zero,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
                                              HAS_INDEX, BLOCK_R)
             xv = tl.where(valid, x, 0.0)
-            count += tl.sum(valid.to(tl.float32), 0)
+            count += tl.sum(valid.to(tl.float64), 0)
             total += tl.sum(xv, 0)
-            scorable = tl.sum(valid.to(tl.int32), 1) > 0
-            sum_count += tl.sum(scorable.to(tl.float32), 0)
-            sum_total += tl.sum(tl.sum(xv * base[None, :], 1), 0)
+            infinite_v += tl.sum((valid & (tl.abs(x) == float("inf"))).to(tl.float64), 0)
+            if combined != 0:
+                scorable = tl.sum(valid.to(tl.int32), 1) > 0
+                sum_count += tl.sum(scorable.to(tl.float64), 0)
+                sum_total += tl.sum(row_reward_sum(x, valid, base), 0)
             if raw != 0:
-                # float64: SAW's batch std comes from a sum and a sum of squares
-                xd = xv.to(tl.float64)
-                raw_sum_v += tl.sum(xd, 0)
-                sum_sq_v += tl.sum(xd * xd, 0)
+                sum_sq_v += tl.sum(xv * xv, 0)
                 max_v = tl.maximum(max_v, tl.max(tl.where(valid, x, float("-inf")), 0))
                 max_negated_v = tl.maximum(max_negated_v, tl.max(tl.where(valid, -x, float("-inf")), 0))
+        # Entries that do not count (NaN, unless scored as 0).
+        missing_v += tl.where(kmask, size - count, 0.0)
         mean = total / tl.maximum(count, 1.0)
         sum_mean = sum_total / tl.maximum(sum_count, 1.0)
-
-        dev = tl.zeros([BLOCK_K], dtype=tl.float32)
-        sum_dev = 0.0
+        dev = zero_k
+        sum_dev = zero
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask, nan_to_zero,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
                                              HAS_INDEX, BLOCK_R)
             d = tl.where(valid, x - mean[None, :], 0.0)
             dev += tl.sum(d * d, 0)
-            scorable = tl.sum(valid.to(tl.int32), 1) > 0
-            dr = tl.sum(tl.where(valid, x * base[None, :], 0.0), 1) - sum_mean
-            sum_dev += tl.sum(tl.where(scorable, dr * dr, 0.0), 0)
-
+            if combined != 0:
+                scorable = tl.sum(valid.to(tl.int32), 1) > 0
+                dr = row_reward_sum(x, valid, base) - sum_mean
+                sum_dev += tl.sum(tl.where(scorable, dr * dr, 0.0), 0)
         mean, std, scale, active = finish_column(count, mean, dev, eps, active_tol,
                                                  unbiased, scale_by_std, singleton_verl)
-        tl.store(mean_ptr + g * K + kk, mean, mask=kmask)
-        tl.store(scale_ptr + g * K + kk, scale, mask=kmask)
+        # The row formulas use the float32 scale apply reads back from the table.
+        scale = scale.to(tl.float32)
+        tl.store(mean_ptr + g * K + kr, mean, mask=kmask)
+        tl.store(scale_ptr + g * K + kr, scale, mask=kmask)
         active_v += active.to(tl.float64)
-        count_v += count.to(tl.float64)
-        spread = tl.where(kmask, base * std, 0.0)
-        spread_total = tl.sum(spread, 0)
-        dvao_weight = tl.where(spread_total != 0.0, spread / tl.where(spread_total != 0.0, spread_total, 1.0), 0.0)
-        weight = tl.where(group_weighted != 0, dvao_weight, base)
+        count_v += count
+        raw_sum_v += total
+        weight = no_weight
         if group_weighted != 0:
-            tl.store(weight_ptr + g * K + kk, weight, mask=kmask)
-            weight_v += weight.to(tl.float64)
-        sum_mean, sum_std, sum_scale, sum_active = finish_column(
-            sum_count, sum_mean, sum_dev, eps, active_tol, unbiased, scale_by_std, singleton_verl)
+            spread = tl.where(kmask, base * std, 0.0)
+            spread_total = tl.sum(spread, 0)
+            dvao_weight = tl.where(spread_total != 0.0, spread / tl.where(spread_total != 0.0, spread_total, 1.0),
+                                   0.0)
+            weight = dvao_weight.to(tl.float32)
+            tl.store(weight_ptr + g * K + kr, weight, mask=kmask)
+            weight_v += dvao_weight
+        sum_scale = no_scale
         if combined != 0:
+            sum_mean, sum_std, sum_scale64, sum_active = finish_column(
+                sum_count, sum_mean, sum_dev, eps, active_tol, unbiased, scale_by_std, singleton_verl)
+            sum_scale = sum_scale64.to(tl.float32)
             tl.store(sum_stats_ptr + 2 * g, sum_mean)
-            tl.store(sum_stats_ptr + 2 * g + 1, sum_scale)
-        groups_v += 1.0
-
-        kept = 0.0
+            tl.store(sum_stats_ptr + 2 * g + 1, sum_scale.to(tl.float64))
+        groups += 1.0
+        kept = size.to(tl.float32)
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask, nan_to_zero,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, combined, group_weighted, drops)
+                                                 kk, combined, group_weighted, drops, positive)
             energy_v += tl.sum(a * a, 0).to(tl.float64)
-            kept += tl.sum((keep & rmask).to(tl.float32), 0)
+            if drops != 0:
+                kept -= tl.sum((~keep & rmask).to(tl.float32), 0)
             selected = keep & scorable & rmask
             col = tl.where(selected[:, None], col, 0.0)
-            rows_v += tl.sum(selected.to(tl.float32), 0).to(tl.float64)
+            rows += tl.sum(selected.to(tl.float32), 0).to(tl.float64)
             signal_v += tl.sum(col, 0).to(tl.float64)
             outer = col[:, :, None] * col[:, None, :]
             cross_m += tl.sum(outer, 0).to(tl.float64)
             if has_token != 0:
                 w = tl.load(token_ptr + idx, mask=rmask, other=0.0).to(tl.float32)
                 w = tl.where(selected, w, 0.0)
-                token_v += tl.sum(w, 0).to(tl.float64)
+                token_total += tl.sum(w, 0).to(tl.float64)
                 token_signal_v += tl.sum(col * w[:, None], 0).to(tl.float64)
                 token_cross_m += tl.sum(outer * w[:, None, None], 0).to(tl.float64)
-        tl.store(kappa_ptr + g, kept / (end - begin).to(tl.float32))
-
+        tl.store(kappa_ptr + g, kept / size.to(tl.float32))
     out = partial_ptr + pid * wire.accumulator_size(K, C)
     first = kk == 0
+    tl.store(out + wire.groups_at(K, C) + kk, groups + zero_k, mask=first)
+    tl.store(out + wire.rows_at(K, C) + kk, rows + zero_k, mask=first)
+    tl.store(out + wire.token_total_at(K, C) + kk, token_total + zero_k, mask=first)
+    tl.store(out + wire.infinite_rewards_at(K, C) + kk, tl.sum(infinite_v, 0) + zero_k, mask=first)
+    tl.store(out + wire.missing_rewards_at(K, C) + kk, tl.sum(missing_v, 0) + zero_k, mask=first)
+    # The Python distributed driver counts negative lengths into this slot.
+    tl.store(out + wire.negative_lengths_at(K, C) + kk, zero_k, mask=first)
+    tl.store(out + wire.active_at(K, C) + kr, active_v, mask=kmask)
+    tl.store(out + wire.energy_at(K, C) + kr, energy_v, mask=kmask)
+    tl.store(out + wire.raw_count_at(K, C) + kr, count_v, mask=kmask)
+    tl.store(out + wire.raw_sum_at(K, C) + kr, raw_sum_v, mask=kmask)
+    tl.store(out + wire.raw_sum_sq_at(K, C) + kr, sum_sq_v, mask=kmask)
+    tl.store(out + wire.group_weight_at(K, C) + kr, weight_v, mask=kmask)
     cmask = kk < C
-    tl.store(out + wire.groups_at(K, C) + kk, groups_v, mask=first)
-    tl.store(out + wire.rows_at(K, C) + kk, rows_v, mask=first)
-    tl.store(out + wire.token_total_at(K, C) + kk, token_v, mask=first)
-    tl.store(out + wire.active_at(K, C) + kk, active_v, mask=kmask)
-    tl.store(out + wire.energy_at(K, C) + kk, energy_v, mask=kmask)
-    tl.store(out + wire.raw_count_at(K, C) + kk, count_v, mask=kmask)
-    tl.store(out + wire.raw_sum_at(K, C) + kk, raw_sum_v, mask=kmask)
-    tl.store(out + wire.raw_sum_sq_at(K, C) + kk, sum_sq_v, mask=kmask)
-    tl.store(out + wire.group_weight_at(K, C) + kk, weight_v, mask=kmask)
     tl.store(out + wire.signal_at(K, C) + kk, signal_v, mask=cmask)
     tl.store(out + wire.token_signal_at(K, C) + kk, token_signal_v, mask=cmask)
     cc = kk[:, None] * C + kk[None, :]
@@ -138,5 +155,5 @@ def accumulate_kernel(
     tl.store(out + wire.cross_at(K, C) + cc, cross_m, mask=mask2)
     tl.store(out + wire.token_cross_at(K, C) + cc, token_cross_m, mask=mask2)
     extrema = extrema_ptr + pid * wire.extrema_size(K, C)
-    tl.store(extrema + wire.max_reward_at(K, C) + kk, max_v.to(tl.float64), mask=kmask)
-    tl.store(extrema + wire.max_negated_reward_at(K, C) + kk, max_negated_v.to(tl.float64), mask=kmask)
+    tl.store(extrema + wire.max_reward_at(K, C) + kr, max_v, mask=kmask)
+    tl.store(extrema + wire.max_negated_reward_at(K, C) + kr, max_negated_v, mask=kmask)

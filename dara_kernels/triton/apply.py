@@ -13,37 +13,33 @@ def apply_kernel(
     rewards_ptr, rows_ptr, offsets_ptr, num_groups_ptr, base_ptr,
     mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, affine_ptr,
     advantages_ptr, keep_ptr, query_scale_ptr,
-    K, C, group_size, combined, group_weighted, drops, nan_to_zero, apply_query_scale,
+    K, C, group_size, combined, group_weighted, drops, nan_to_zero, apply_query_scale, positive,
     HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     num_groups = tl.load(num_groups_ptr)
     kk = tl.arange(0, BLOCK_K)
-    kmask = kk < K
-    base = tl.load(base_ptr + kk, mask=kmask, other=0.0).to(tl.float32)
+    kr = kk - positive
+    kmask = (kr >= 0) & (kr < K)
+    base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
     combine = tl.load(affine_ptr + kk, mask=kk < C, other=0.0).to(tl.float32)
     shift = tl.load(affine_ptr + C).to(tl.float32)
     batch_scale = tl.load(affine_ptr + C + 1).to(tl.float32)
     for g in range(pid, num_groups, programs):
         begin, end = group_bounds(offsets_ptr, g, group_size, HAS_INDEX)
-        mean = tl.load(mean_ptr + g * K + kk, mask=kmask, other=0.0)
-        scale = tl.load(scale_ptr + g * K + kk, mask=kmask, other=0.0)
-        weight = base
-        if group_weighted != 0:
-            weight = tl.load(weight_ptr + g * K + kk, mask=kmask, other=0.0)
-        sum_mean = 0.0
-        sum_scale = 0.0
-        if combined != 0:
-            sum_mean = tl.load(sum_stats_ptr + 2 * g)
-            sum_scale = tl.load(sum_stats_ptr + 2 * g + 1)
+        mean = tl.load(mean_ptr + g * K + kr, mask=kmask, other=0.0)
+        scale = tl.load(scale_ptr + g * K + kr, mask=kmask, other=0.0)
+        weight = tl.load(weight_ptr + g * K + kr, mask=kmask & ((kk * 0 + group_weighted) != 0), other=0.0)
+        sum_mean = tl.load(sum_stats_ptr + 2 * g, mask=combined != 0, other=0.0)
+        sum_scale = tl.load(sum_stats_ptr + 2 * g + 1, mask=combined != 0, other=0.0).to(tl.float32)
         kappa = tl.load(kappa_ptr + g)
         factor = tl.where(apply_query_scale != 0, batch_scale * kappa, batch_scale)
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kk, kmask, nan_to_zero,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, combined, group_weighted, drops)
+                                                 kk, combined, group_weighted, drops, positive)
             s = tl.sum(col * combine[None, :], 1)
             value = tl.where(keep & scorable, (s - shift) * factor, 0.0)
             tl.store(advantages_ptr + idx, value, mask=rmask)

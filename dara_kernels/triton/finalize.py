@@ -32,9 +32,22 @@ def _extreme(extrema_ptr, programs, stride, offset, kk, kmask):
 
 @triton.jit
 def _power(x, exponent):
-    """x ** exponent for x >= 0 (0 ** 0 = 1)."""
+    """x ** exponent for x >= 0, as IEEE pow: 0 ** 0 = 1, 0 ** e is 0 for e > 0 and +inf for e < 0."""
     safe = tl.where(x > 0.0, x, 1.0)
-    return tl.where(x > 0.0, tl.exp(exponent * tl.log(safe)), tl.where(exponent == 0.0, 1.0, 0.0))
+    at_zero = tl.where(exponent == 0.0, 1.0, tl.where(exponent > 0.0, 0.0, float("inf")))
+    return tl.where(x > 0.0, tl.exp(exponent * tl.log(safe)), at_zero)
+
+
+@triton.jit
+def _dara_weights(base, density, kmask, alpha, density_floor, max_weight):
+    """w_k = b_k min(max_weight, (pi'_k / max_l pi'_l)^(-alpha)), pi'_k =
+    max(pi_k, density_floor); the ratio is 0 when every pi'_l is, so a reward
+    active nowhere gets b_k max_weight."""
+    floored = tl.where(kmask, tl.maximum(density, density_floor), 0.0)
+    top = tl.max(floored, 0)
+    # Lanes without a reward take ratio 1, so they make no 0 * inf.
+    ratio = tl.where(kmask, tl.where(top > 0.0, floored / tl.where(top > 0.0, top, 1.0), 0.0), 1.0)
+    return tl.where(kmask, base * tl.minimum(_power(ratio, -alpha), max_weight), 0.0)
 
 
 @triton.jit
@@ -42,24 +55,26 @@ def finalize_kernel(
     partial_ptr, extrema_ptr, programs, K, C, base_ptr, bounds_ptr,
     density_ptr, weights_ptr, energy_ptr, weighted_energy_ptr, active_ptr, num_groups_ptr,
     batch_mean_ptr, batch_std_ptr, affine_ptr,
-    alpha, density_floor, saw_delta, sa_gamma, bn_eps, method, batch_norm, has_bounds,
+    alpha, density_floor, max_weight, saw_delta, sa_gamma, bn_eps, method, batch_norm, has_bounds, positive,
     BLOCK_K: tl.constexpr,
 ):
+    # Lanes as in accumulate (common.py): combined column c in lane c, reward k in lane k + positive.
     kk = tl.arange(0, BLOCK_K)
-    kmask = kk < K
+    kr = kk - positive
+    kmask = (kr >= 0) & (kr < K)
     first = kk == 0
     cmask = kk < C
     M = wire.accumulator_size(K, C)
-    base = tl.load(base_ptr + kk, mask=kmask, other=0.0)
+    base = tl.load(base_ptr + kr, mask=kmask, other=0.0)
     groups = tl.sum(_slot(partial_ptr, programs, M, wire.groups_at(K, C), kk, first), 0)
     rows = tl.sum(_slot(partial_ptr, programs, M, wire.rows_at(K, C), kk, first), 0)
     token_total = tl.sum(_slot(partial_ptr, programs, M, wire.token_total_at(K, C), kk, first), 0)
-    active = _slot(partial_ptr, programs, M, wire.active_at(K, C), kk, kmask)
-    energy = _slot(partial_ptr, programs, M, wire.energy_at(K, C), kk, kmask)
-    count = _slot(partial_ptr, programs, M, wire.raw_count_at(K, C), kk, kmask)
-    total = _slot(partial_ptr, programs, M, wire.raw_sum_at(K, C), kk, kmask)
-    total_sq = _slot(partial_ptr, programs, M, wire.raw_sum_sq_at(K, C), kk, kmask)
-    group_weight = _slot(partial_ptr, programs, M, wire.group_weight_at(K, C), kk, kmask)
+    active = _slot(partial_ptr, programs, M, wire.active_at(K, C), kr, kmask)
+    energy = _slot(partial_ptr, programs, M, wire.energy_at(K, C), kr, kmask)
+    count = _slot(partial_ptr, programs, M, wire.raw_count_at(K, C), kr, kmask)
+    total = _slot(partial_ptr, programs, M, wire.raw_sum_at(K, C), kr, kmask)
+    total_sq = _slot(partial_ptr, programs, M, wire.raw_sum_sq_at(K, C), kr, kmask)
+    group_weight = _slot(partial_ptr, programs, M, wire.group_weight_at(K, C), kr, kmask)
     signal = _slot(partial_ptr, programs, M, wire.signal_at(K, C), kk, cmask)
     token_signal = _slot(partial_ptr, programs, M, wire.token_signal_at(K, C), kk, cmask)
     cc = kk[:, None] * C + kk[None, :]
@@ -70,18 +85,15 @@ def finalize_kernel(
     density = tl.where(groups > 0.0, active / tl.maximum(groups, 1.0), 0.0)
     # Every method's weights are computed and one is selected: a handful of
     # K-sized operations, and no branch whose types must agree.
-    present = kmask & (density > 0.0)
-    inv = tl.where(present, _power(tl.maximum(density, density_floor), -alpha), 0.0)
-    mean_inv = tl.sum(inv, 0) / tl.maximum(tl.sum(present.to(tl.float64), 0), 1.0)
-    dara_weights = tl.where(present, base * inv / tl.where(mean_inv > 0.0, mean_inv, 1.0), 0.0)
+    dara_weights = _dara_weights(base, density, kmask, alpha, density_floor, max_weight)
 
     raw_mean = tl.where(count > 0.0, total / tl.maximum(count, 1.0), 0.0)
     bounded = kmask & ((kk * 0 + has_bounds) != 0)
-    lo = tl.where(bounded, tl.load(bounds_ptr + 2 * kk, mask=bounded, other=0.0),
+    lo = tl.where(bounded, tl.load(bounds_ptr + 2 * kr, mask=bounded, other=0.0),
                   -_extreme(extrema_ptr, programs, wire.extrema_size(K, C), wire.max_negated_reward_at(K, C),
-                            kk, kmask))
-    hi = tl.where(bounded, tl.load(bounds_ptr + 2 * kk + 1, mask=bounded, other=0.0),
-                  _extreme(extrema_ptr, programs, wire.extrema_size(K, C), wire.max_reward_at(K, C), kk, kmask))
+                            kr, kmask))
+    hi = tl.where(bounded, tl.load(bounds_ptr + 2 * kr + 1, mask=bounded, other=0.0),
+                  _extreme(extrema_ptr, programs, wire.extrema_size(K, C), wire.max_reward_at(K, C), kr, kmask))
     ss = total_sq - count * raw_mean * raw_mean
     raw_std = tl.where((count >= 2.0) & (ss > total_sq * CONSTANT_REWARD_RTOL),
                        tl.sqrt(tl.maximum(ss, 0.0) / tl.maximum(count - 1.0, 1.0)), 0.0)
@@ -103,10 +115,21 @@ def finalize_kernel(
                                          tl.where(method == DVAO, dvao_weights, base))))
     weights = tl.where(kmask, weights, 0.0)
 
+    # Reward k's part of s_j is u_k A_jk + v_k [A_jk]_+ (docs/spec.md#aggregation):
+    # w_k A_jk, or A_jk + (w_k - 1) [A_jk]_+ under positive calibration, with
+    # b_k in place of a DARA weight w_k where pi_k = 0.
+    applied = tl.where((method == DARA) & (density == 0.0), base, weights)
+    u = tl.where(positive != 0, 1.0, applied)
+    v = tl.where(positive != 0, applied - 1.0, 0.0)
+    # Reward k's column: DVAO's sum_j (w_gk A_jk)^2, or sum_j [A_jk]_+^2 under positive calibration.
     diag = tl.sum(tl.where(kk[:, None] == kk[None, :], cross, 0.0), 1)
-    weighted_energy = tl.where(method == DVAO, diag, weights * weights * energy)
+    # sum_j (u A + v [A]_+)^2, where sum_j A [A]_+ = sum_j [A]_+^2.
+    calibrated_energy = u * u * energy + tl.where(positive != 0, (2.0 * u * v + v * v) * diag, 0.0)
+    weighted_energy = tl.where(method == DVAO, diag,
+                               tl.where(method == GRPO, base * base * energy, calibrated_energy))
     combine = tl.where(method == DVAO, tl.where(kmask, 1.0, 0.0),
-                       tl.where(method == GRPO, tl.where(first, 1.0, 0.0), weights))
+                       tl.where(method == GRPO, tl.where(first, 1.0, 0.0),
+                                tl.where(positive != 0, tl.where(first, 1.0, v), u)))
     combine = tl.where(cmask, combine, 0.0)
 
     s1 = tl.sum(combine * signal, 0)
@@ -126,11 +149,11 @@ def finalize_kernel(
     scale = tl.where(by_token, 1.0 / tl.sqrt(token_var + bn_eps),
                      tl.where(batch_norm == BATCH_NORM_RESPONSE, 1.0 / (response_std + bn_eps), 1.0))
 
-    tl.store(density_ptr + kk, density.to(tl.float32), mask=kmask)
-    tl.store(weights_ptr + kk, weights.to(tl.float32), mask=kmask)
-    tl.store(energy_ptr + kk, energy.to(tl.float32), mask=kmask)
-    tl.store(weighted_energy_ptr + kk, weighted_energy.to(tl.float32), mask=kmask)
-    tl.store(active_ptr + kk, active.to(tl.int64), mask=kmask)
+    tl.store(density_ptr + kr, density.to(tl.float32), mask=kmask)
+    tl.store(weights_ptr + kr, weights.to(tl.float32), mask=kmask)
+    tl.store(energy_ptr + kr, energy.to(tl.float32), mask=kmask)
+    tl.store(weighted_energy_ptr + kr, weighted_energy.to(tl.float32), mask=kmask)
+    tl.store(active_ptr + kr, active.to(tl.int64), mask=kmask)
     tl.store(num_groups_ptr + kk, (groups + kk * 0.0).to(tl.int64), mask=first)
     tl.store(batch_mean_ptr + kk, (mean + kk * 0.0).to(tl.float32), mask=first)
     tl.store(batch_std_ptr + kk, (std + kk * 0.0).to(tl.float32), mask=first)

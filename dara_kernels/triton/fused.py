@@ -6,6 +6,7 @@ can record exactly the kernels, argument types and constexprs the op would
 launch (on meta tensors) and compile them ahead of time for a GPU target."""
 from __future__ import annotations
 
+import math
 from typing import Callable, Optional
 
 import torch
@@ -20,15 +21,20 @@ from .apply import apply_kernel
 from .finalize import finalize_kernel
 from .layout import DeviceLayout, device_layout
 
-# Accumulate's warps per program follow its tile: its loop-carried batch
-# sums are replicated per thread, and at 4 warps ptxas spilled some variants
-# (scripts/check_triton_compiles.py fails on any spill and on more than 128
-# registers a thread, under the Triton versions tried: 3.6 and 3.9). With at
-# most 2 warps and 128 registers, eight programs stay resident per SM, and
-# each still walks many groups.
 PROGRAMS_PER_SM = 8
-# Rows per tile: the accumulate tile keeps a [rows, K, K] outer product live,
-# so rows shrink as K grows to hold it near 256 values.
+# Registers a thread may use, given to ptxas (maxnreg) so that eight programs
+# stay resident per SM (65,536 registers): accumulate at 2 warps, apply at 4.
+# Without a cap ptxas aimed at occupancy steps of its own and spilled a few
+# bytes in some variants to reach them; with it, a variant that needs more
+# spills, and scripts/check_triton_compiles.py fails on any spill.
+ACCUMULATE_REGISTERS = 128
+APPLY_WARPS = 4
+APPLY_REGISTERS = 64
+# Finalize is one program: 8 warps spread its [lanes, lanes] matrices so
+# that no variant spills.
+FINALIZE_WARPS = 8
+# Rows per tile: the accumulate tile keeps a [rows, lanes, lanes] outer
+# product live, so rows shrink as the lanes grow to hold it near 256 values.
 TILE_VALUES = 256
 MAX_BLOCK_R = 16
 # The interpreter runs programs one after another; two still exercise the
@@ -51,16 +57,21 @@ def _programs(layout: DeviceLayout, device: torch.device) -> int:
     return max(1, min(target, layout.max_groups))
 
 
-def block_k(k: int) -> int:
-    return max(2, triton.next_power_of_2(k))
+# A tile's lanes (common.py): K, or K + 1 under positive calibration.
+def block_k(lanes: int) -> int:
+    return max(2, triton.next_power_of_2(lanes))
 
 
-def accumulate_warps(k: int) -> int:
-    return {2: 1, 4: 2, 8: 2}.get(block_k(k), 8)
+# Accumulate's warps per program follow its tile: its loop-carried batch
+# sums are replicated per thread, so small tiles take few warps; blocks of 16
+# and 32 lanes (K > 8, or K = 8 under positive calibration) take 8 warps to
+# spread their [lanes, lanes] sums within the register cap.
+def accumulate_warps(lanes: int) -> int:
+    return {2: 1, 4: 2, 8: 2}.get(block_k(lanes), 8)
 
 
-def block_r(k: int) -> int:
-    return max(2, min(MAX_BLOCK_R, TILE_VALUES // block_k(k) ** 2))
+def block_r(lanes: int) -> int:
+    return max(2, min(MAX_BLOCK_R, TILE_VALUES // block_k(lanes) ** 2))
 
 
 def _token_weights(inputs: PreparedInputs, opts: AdvantageOptions):
@@ -71,26 +82,38 @@ def _token_weights(inputs: PreparedInputs, opts: AdvantageOptions):
     return inputs.response_lengths
 
 
-def _method_flags(opts: AdvantageOptions) -> tuple[int, int, int]:
-    """(combined, group_weighted, drops): the method's shape in the row formulas."""
-    return int(opts.method == "grpo"), int(opts.method == "dvao"), int(opts.method == "gd2po_hard")
+def _method_flags(opts: AdvantageOptions) -> tuple[int, int, int, int]:
+    """(combined, group_weighted, drops, positive): the method's shape in the row formulas."""
+    return (int(opts.method == "grpo"), int(opts.method == "dvao"), int(opts.method == "gd2po_hard"),
+            int(opts.calibration == "positive"))
+
+
+def _columns(opts: AdvantageOptions, k: int) -> int:
+    return combined_columns(opts.method, k, opts.calibration == "positive")
+
+
+def _blocks(k: int, positive: int) -> dict:
+    lanes = k + positive
+    return dict(BLOCK_R=block_r(lanes), BLOCK_K=block_k(lanes))
 
 
 def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, run: Launcher):
     rewards = inputs.rewards
     n, k = rewards.shape
-    c = combined_columns(opts.method, k)
+    c = _columns(opts, k)
     device = rewards.device
     layout = device_layout(rewards, inputs.group_size, inputs.group_index)
     programs = _programs(layout, device)
     m, e = accumulator_sizes(k, c)
     groups = max(layout.max_groups, 1)
-    combined, group_weighted, drops = _method_flags(opts)
+    combined, group_weighted, drops, positive = _method_flags(opts)
     f32 = dict(dtype=torch.float32, device=device)
+    f64 = dict(dtype=torch.float64, device=device)
+    # Means (and GRPO's (mean, scale) pairs) in float64: apply takes each row's r - mu in double.
     table = dict(
-        mean=torch.empty(groups * k, **f32), scale=torch.empty(groups * k, **f32),
+        mean=torch.empty(groups * k, **f64), scale=torch.empty(groups * k, **f32),
         weight=torch.empty(groups * k if group_weighted else 1, **f32),
-        sum_stats=torch.empty(2 * groups if combined else 2, **f32),
+        sum_stats=torch.empty(2 * groups if combined else 2, **f64),
         kappa=torch.empty(groups, **f32),
     )
     partial = torch.empty(programs, m, dtype=torch.float64, device=device)
@@ -107,8 +130,8 @@ def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, run: Launche
         k, c, layout.group_size, opts.eps, opts.active_tol,
         int(token is not None), combined, group_weighted, drops, int(opts.method in ("saw", "sa_mrpo")),
         int(opts.nan_policy == "zero"), int(opts.unbiased), int(opts.scale_by_std), int(opts.singleton == "verl"),
-        HAS_INDEX=inputs.group_index is not None, BLOCK_R=block_r(k), BLOCK_K=block_k(k),
-        num_warps=accumulate_warps(k))
+        positive, HAS_INDEX=inputs.group_index is not None, **_blocks(k, positive),
+        num_warps=accumulate_warps(k + positive), maxnreg=ACCUMULATE_REGISTERS)
     return layout, table, partial, extrema
 
 
@@ -119,8 +142,9 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
     accumulate and finalize."""
     rewards = inputs.rewards
     n, k = rewards.shape
-    c = combined_columns(opts.method, k)
+    c = _columns(opts, k)
     device = rewards.device
+    combined, group_weighted, drops, positive = _method_flags(opts)
     layout, table, partial, local_extrema = _run_accumulate(inputs, opts, run)
     if reduce is not None:
         accumulators, extrema = reduce(partial.sum(0), local_extrema.amax(0))
@@ -141,14 +165,14 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
         partial, local_extrema, partial.shape[0], k, c, inputs.reward_weights,
         bounds if bounds is not None else affine,
         density, weights, energy, weighted_energy, active, num_groups, batch_mean, batch_std, affine,
-        opts.alpha, opts.density_floor, opts.saw_delta, opts.sa_gamma, opts.bn_eps,
-        METHOD_CODE[opts.method], BATCH_NORM_CODE[opts.batch_norm], int(bounds is not None),
-        BLOCK_K=block_k(k))
+        opts.alpha, opts.density_floor, math.inf if opts.max_weight is None else opts.max_weight,
+        opts.saw_delta, opts.sa_gamma, opts.bn_eps,
+        METHOD_CODE[opts.method], BATCH_NORM_CODE[opts.batch_norm], int(bounds is not None), positive,
+        BLOCK_K=block_k(k + positive), num_warps=FINALIZE_WARPS)
 
     advantages = torch.empty(n, **f32)
     keep = torch.empty(n, dtype=torch.bool, device=device)
     query_scale = torch.empty(n, **f32)
-    combined, group_weighted, drops = _method_flags(opts)
     unused = layout.num_groups
     run(apply_kernel, (_programs(layout, device),),
         rewards, layout.rows if layout.rows is not None else unused,
@@ -156,8 +180,9 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
         table["mean"], table["scale"], table["weight"], table["sum_stats"], table["kappa"], affine,
         advantages, keep, query_scale,
         k, c, layout.group_size, combined, group_weighted, drops, int(opts.nan_policy == "zero"),
-        int(opts.apply_query_scale),
-        HAS_INDEX=inputs.group_index is not None, BLOCK_R=block_r(k), BLOCK_K=block_k(k))
+        int(opts.apply_query_scale), positive,
+        HAS_INDEX=inputs.group_index is not None, **_blocks(k, positive),
+        num_warps=APPLY_WARPS, maxnreg=APPLY_REGISTERS)
     token_advantages = None
     if inputs.response_mask is not None:
         mask = inputs.response_mask

@@ -34,6 +34,22 @@ def test_calibrations():
 
 
 @pytest.mark.parametrize("calibration", ["positive", "symmetric"])
+@pytest.mark.parametrize("k", [8, MAX_REWARDS["cuda"]])
+def test_wide_rows_in_both_calibrations(k, calibration):
+    """K = 8 (its own kernel) and the widest K: under positive calibration
+    K + 1 combined columns, the most the per-lane arrays hold."""
+    for seed, layout in enumerate(LAYOUTS):
+        case = make_case(40 + seed, layout, k, shape=(104, 13) if layout == "fixed" else (97,))
+        kwargs = case.kwargs(with_mask=True)
+        for options in (dict(method="dara", calibration=calibration), dict(method="static", calibration=calibration),
+                        dict(method="dara", calibration=calibration, batch_norm="token")):
+            ref = dk.fused_advantage(case.rewards, backend="reference", **options, **kwargs)
+            on_device = {key: v.cuda() if isinstance(v, torch.Tensor) else v for key, v in kwargs.items()}
+            out = dk.fused_advantage(case.rewards.cuda(), backend="cuda", **options, **on_device)
+            assert_matches(out, ref, TOLERANCES["cuda"][torch.float32], f"{case.label} {options}")
+
+
+@pytest.mark.parametrize("calibration", ["positive", "symmetric"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_accumulate_counts_bad_rewards_like_the_cpu_kernel(calibration, layout):
     """The +-Inf and NaN counts that every rank all-reduces before it raises

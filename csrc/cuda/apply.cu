@@ -11,7 +11,10 @@ namespace {
 
 // Every row is scored in the row type with the same row_signal as
 // accumulate's row pass, from the same table rounded the same way, so both
-// agree on keep and scorable.
+// agree on keep and scorable. s_j and s_j - shift are taken in double, as
+// finalize takes the batch mean: in a batch with no spread the factor is
+// 1 / bn_eps, and a float s_j one ulp from the float mean came out 1e-2 off
+// (gd2po_hard, two kept rows; measured on a host emulation of this kernel).
 template <int KT, typename Real>
 __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutputs out) {
   constexpr int N = max_rewards<KT>();
@@ -20,13 +23,14 @@ __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutp
   const Options& o = p.options;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   double base[N];
-  Real combine[max_columns<KT>()];
+  double combine[max_columns<KT>()];
   load_base<KT>(p, base);
-  for (int c = 0; c < C; ++c) combine[c] = static_cast<Real>(affine[c]);
-  const Real shift = static_cast<Real>(affine[C]), scale = static_cast<Real>(affine[C + 1]);
+  for (int c = 0; c < C; ++c) combine[c] = affine[c];
+  const double shift = affine[C], scale = affine[C + 1];
   const int64_t groups = group_count(p);
   double mean[N];
   Real sc[N], weight[N], r[N], reward_a[N], column_a[max_columns<KT>()];
+  double column_d[max_columns<KT>()];
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * warps + warp; g < groups;
        g += static_cast<int64_t>(gridDim.x) * warps) {
     int64_t begin, end;
@@ -42,7 +46,7 @@ __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutp
       group.sum_scale = static_cast<Real>(t.sum_stats[2 * g + 1]);
     }
     const float kappa = t.kappa[g];
-    const Real factor = (o.apply_query_scale ? static_cast<Real>(kappa) : Real(1)) * scale;
+    const double factor = (o.apply_query_scale ? kappa : 1.0) * scale;
     for (int64_t chunk = begin; chunk < end; chunk += 32) {
       const int64_t i = chunk + lane;
       const bool here = i < end;
@@ -51,7 +55,8 @@ __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutp
       if (here) {
         load_row<KT>(p, j, K, r);
         const RowSignal rs = row_signal<KT>(r, K, o, base, group, reward_a, column_a);
-        value = static_cast<float>(row_advantage<0>(rs, column_a, C, combine, shift, factor));
+        for (int c = 0; c < C; ++c) column_d[c] = column_a[c];
+        value = static_cast<float>(row_advantage<0>(rs, column_d, C, combine, shift, factor));
         out.advantages[j] = value;
         out.keep[j] = rs.keep;
         out.query_scale[j] = kappa;

@@ -5,10 +5,11 @@ import pytest
 import torch
 
 import dara_kernels as dk
-from dara_kernels.wire import MAX_REWARDS
+from dara_kernels.options import resolve_options
+from dara_kernels.wire import ACCUMULATOR_SEGMENTS, MAX_REWARDS, combined_columns, segment_offsets
 from tests.cases import make_case
 from tests.compare import TOLERANCES, assert_matches
-from tests.sweep import DTYPES, KS, LAYOUTS, sweep_against_reference
+from tests.sweep import DTYPES, KS, LAYOUTS, calibration_sweep, offset_sweep, sweep_against_reference
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or dk.unavailable_reason("cuda", torch.device("cuda")) is not None,
@@ -21,6 +22,87 @@ pytestmark = pytest.mark.skipif(
 @pytest.mark.parametrize("method", dk.METHODS)
 def test_sweep(method, layout, k, dtype):
     assert sweep_against_reference("cuda", method, layout, k, dtype, device="cuda") > 0
+
+
+@pytest.mark.parametrize("method", dk.METHODS)
+def test_rewards_far_from_zero(method):
+    assert offset_sweep("cuda", method, device="cuda") > 0
+
+
+def test_calibrations():
+    assert calibration_sweep("cuda", device="cuda") > 0
+
+
+@pytest.mark.parametrize("calibration", ["positive", "symmetric"])
+@pytest.mark.parametrize("k", [8, MAX_REWARDS["cuda"]])
+def test_wide_rows_in_both_calibrations(k, calibration):
+    """K = 8 (its own kernel) and the widest K: under positive calibration
+    K + 1 combined columns, the most the per-lane arrays hold."""
+    for seed, layout in enumerate(LAYOUTS):
+        case = make_case(40 + seed, layout, k, shape=(104, 13) if layout == "fixed" else (97,))
+        kwargs = case.kwargs(with_mask=True)
+        for options in (dict(method="dara", calibration=calibration), dict(method="static", calibration=calibration),
+                        dict(method="dara", calibration=calibration, batch_norm="token")):
+            ref = dk.fused_advantage(case.rewards, backend="reference", **options, **kwargs)
+            on_device = {key: v.cuda() if isinstance(v, torch.Tensor) else v for key, v in kwargs.items()}
+            out = dk.fused_advantage(case.rewards.cuda(), backend="cuda", **options, **on_device)
+            assert_matches(out, ref, TOLERANCES["cuda"][torch.float32], f"{case.label} {options}")
+
+
+@pytest.mark.parametrize("batch_norm", ["response", "token"])
+@pytest.mark.parametrize("group", [2, 6])
+def test_batch_without_spread(group, batch_norm):
+    """Every row has the same s_j != 0 (positive calibration, one row of a
+    pair rewarded on each reward, equal static weights): the batch std is 0,
+    the factor 1 / bn_eps, and the advantages 0 only if the row sums and the
+    batch mean agree to double rounding (in float: 8e-2 off)."""
+    rewards = torch.zeros(group, 2)
+    rewards[: group // 2, 0] = rewards[group // 2:, 1] = 0.37
+    rewards = rewards.repeat(48 // group, 1)
+    options = dict(method="static", calibration="positive", reward_weights=[5.0, 5.0], batch_norm=batch_norm)
+    lengths = {"response_lengths": torch.full((48,), 7)} if batch_norm == "token" else {}
+    ref = dk.fused_advantage(rewards, group, backend="reference", **options, **lengths)
+    out = dk.fused_advantage(rewards.cuda(), group, backend="cuda", **options,
+                             **{k: v.cuda() for k, v in lengths.items()})
+    assert_matches(out, ref, TOLERANCES["cuda"][torch.float32], f"groups of {group}, {batch_norm}")
+
+
+@pytest.mark.parametrize("calibration", ["positive", "symmetric"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_accumulate_counts_bad_rewards_like_the_cpu_kernel(calibration, layout):
+    """The +-Inf and NaN counts that every rank all-reduces before it raises
+    (distributed mode), at their slots for K + 1 columns under positive
+    calibration; the negative lengths' slot is the Python driver's, left 0."""
+    case = make_case(5, layout, 4, nan_fraction=0.1, shape=(64, 8) if layout == "fixed" else (97,))
+    rewards = case.rewards.clone()
+    rewards[3, 1], rewards[40, 2], rewards[41, 2] = float("inf"), float("-inf"), float("inf")
+    index, group_size = case.layout.get("group_index"), case.layout.get("group_size", 0)
+    weights = torch.ones(4, dtype=torch.float64)
+    lengths = -torch.ones(rewards.shape[0], dtype=torch.int64)
+    options = resolve_options("dara", None, calibration=calibration).kernel_vector()
+    offsets = segment_offsets(ACCUMULATOR_SEGMENTS, 4, combined_columns("dara", 4, calibration == "positive"))
+    expected = [3.0, float(torch.isnan(rewards).sum()), 0.0]
+    for device in ("cpu", "cuda"):
+        acc, _ = torch.ops.dara.accumulate(rewards.to(device), None if index is None else index.to(device),
+                                           group_size, weights.to(device), None, lengths.to(device), options)
+        assert acc.numel() == offsets["size"], device
+        got = [acc[offsets[name]].item() for name in ("infinite_rewards", "missing_rewards", "negative_lengths")]
+        assert got == expected, device
+
+
+@pytest.mark.parametrize("method", ["grpo", "dara", "dvao", "saw"])
+def test_given_accumulators_give_the_same_bits(method):
+    """One rank's own accumulators passed back (distributed mode with one
+    rank) change nothing: finalize reads them as it reads its own."""
+    case = make_case(6, "shuffled", 4, nan_fraction=0.1, shape=(97,))
+    rewards, index = case.rewards.cuda(), case.layout["group_index"].cuda()
+    options = resolve_options(method, None).kernel_vector()
+    weights = torch.ones(4, dtype=torch.float64, device="cuda")
+    acc, ext = torch.ops.dara.accumulate(rewards, index, 0, weights, None, None, options)
+    alone = torch.ops.dara.fused_advantage(rewards, index, 0, weights, None, None, None, None, None, options)
+    given = torch.ops.dara.fused_advantage(rewards, index, 0, weights, None, None, None, acc, ext, options)
+    for a, b in zip(alone, given):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("backend", ["cuda", "triton"])

@@ -15,15 +15,67 @@ namespace dara {
 namespace cuda {
 namespace {
 
-// Per-row arithmetic runs in float. Double is kept where values are summed
-// into group statistics (sums and squared deviations that give the mean and
-// std) and into the batch accumulators. Each group's contribution to the
-// batch accumulators is summed over its rows in float (as the Triton kernels
-// sum a tile) and added to the double accumulators once per group.
+// Group statistics come from double sums, with each row's deviations taken
+// from the double mean (group_math.h): a reward far from zero relative to its
+// spread loses nothing. The row formulas run in the row type (float, or
+// double for float64 rewards); their products and sums into the batch
+// accumulators in double, where a product of two floats is exact. Summed in
+// float, a batch whose rows all have one s_j != 0 (so no spread) came out
+// with a batch std of 6e-4 instead of 0, and advantages 8e-2 off under
+// response normalisation (whose factor is then 1 / bn_eps), measured on a
+// host emulation of this kernel.
+
+// A row's cross products a_c a_d are summed as their upper triangle.
 template <int KT>
-__device__ void accumulate_group(const Problem& p, const Table& t, const float* base, int64_t g, int lane, double* acc,
+constexpr int max_cross() {
+  return max_columns<KT>() * (max_columns<KT>() + 1) / 2;
+}
+
+// w a_c and w a_c a_d (d >= c) into a lane's sums.
+template <typename Real>
+__device__ __forceinline__ void add_columns(const Real* column_a, int C, double w, double* signal, double* cross) {
+  for (int c = 0, at = 0; c < C; ++c) {
+    const double a = column_a[c];
+    signal[c] += w * a;
+    for (int d = c; d < C; ++d, ++at) cross[at] += w * a * column_a[d];
+  }
+}
+
+// The warp's column sums into acc's signal segment and its whole C x C cross
+// matrix (both triangles), by lane 0.
+__device__ void add_column_sums(const double* signal, const double* cross, int C, int lane, double* acc_signal,
+                                double* acc_cross) {
+  for (int c = 0, at = 0; c < C; ++c) {
+    const double s = warp_sum(signal[c]);
+    if (lane == 0) acc_signal[c] += s;
+    for (int d = c; d < C; ++d, ++at) {
+      const double x = warp_sum(cross[at]);
+      if (lane == 0) {
+        acc_cross[c * C + d] += x;
+        if (d != c) acc_cross[d * C + c] += x;
+      }
+    }
+  }
+}
+
+// The group's +-Inf entries, in the columns whose sum of valid entries is not
+// finite (only an infinite entry, or an overflow, makes it so).
+template <int KT, typename Real>
+__device__ double infinite_entries(const Problem& p, int64_t begin, int64_t end, int lane, const double* sum) {
+  const int K = KT > 0 ? KT : p.K;
+  Real r[max_rewards<KT>()];
+  double found = 0.0;
+  for (int64_t i = begin + lane; i < end; i += 32) {
+    load_row<KT>(p, row_at(p, i), K, r);
+    for (int k = 0; k < K; ++k) found += !(sum[k] - sum[k] == 0.0) && is_infinite(r[k]) ? 1.0 : 0.0;
+  }
+  return warp_sum(found);
+}
+
+template <int KT, typename Real>
+__device__ void accumulate_group(const Problem& p, const Table& t, const double* base, int64_t g, int lane, double* acc,
                                  double* extrema, const AccumulatorLayout& L) {
-  constexpr int N = KT > 0 ? KT : kMaxCudaRewards;
+  constexpr int N = max_rewards<KT>();
   const int K = KT > 0 ? KT : p.K;
   const int C = L.C;
   const Options& o = p.options;
@@ -31,43 +83,41 @@ __device__ void accumulate_group(const Problem& p, const Table& t, const float* 
   int64_t begin, end;
   group_range(p, g, begin, end);
 
-  int count[N];
-  double sum[N], sum_sq[N];
-  float r[N], hi[N], lo[N];
+  // Pass 1: each reward's valid entries (count, sum), GRPO's summed reward,
+  // SAW's and SA-MRPO's raw sums of squares and extremes.
+  double count[N], sum[N], sum_sq[N];
+  Real r[N], hi[N], lo[N];
   for (int k = 0; k < K; ++k) {
-    count[k] = 0;
-    sum[k] = sum_sq[k] = 0.0;
+    count[k] = sum[k] = sum_sq[k] = 0.0;
     hi[k] = lo[k] = -INFINITY;
   }
-  int sum_count = 0;
-  double sum_total = 0.0;
+  double sum_count = 0.0, sum_total = 0.0;
   for (int64_t i = begin + lane; i < end; i += 32) {
     load_row<KT>(p, row_at(p, i), K, r);
-    float rsum = 0.0f;
-    bool scorable = false;
-    for (int k = 0; k < K; ++k) {
-      const float x = clean_reward(r[k], o);
-      const bool valid = x == x;
-      count[k] += valid ? 1 : 0;
-      sum[k] += valid ? static_cast<double>(x) : 0.0;
-      rsum += valid ? base[k] * x : 0.0f;
-      scorable |= valid;
-      if (raw_stats && valid) {
-        sum_sq[k] += static_cast<double>(x) * static_cast<double>(x);  // exact: a float square fits a double
-        hi[k] = fmaxf(hi[k], x);
-        lo[k] = fmaxf(lo[k], -x);
-      }
+    add_row_sums<KT>(r, K, o, count, sum);
+    if (o.combined_column()) {
+      bool scorable;
+      const double rsum = row_reward_sum<KT>(r, K, o, base, &scorable);
+      sum_count += scorable ? 1.0 : 0.0;
+      sum_total += scorable ? rsum : 0.0;
     }
-    sum_count += scorable ? 1 : 0;
-    sum_total += scorable ? static_cast<double>(rsum) : 0.0;
+    if (!raw_stats) continue;
+    for (int k = 0; k < K; ++k) {
+      const Real x = clean_reward(r[k], o);
+      if (!(x == x)) continue;
+      sum_sq[k] += static_cast<double>(x) * static_cast<double>(x);
+      hi[k] = fmax(hi[k], x);
+      lo[k] = fmax(lo[k], -x);
+    }
   }
-  double mean[N];
-  float row_mean[N];
+  double mean[N], entries = 0.0;
+  bool finite = true;
   for (int k = 0; k < K; ++k) {
     count[k] = warp_sum(count[k]);
     sum[k] = warp_sum(sum[k]);
-    mean[k] = count[k] > 0 ? sum[k] / count[k] : 0.0;
-    row_mean[k] = static_cast<float>(mean[k]);
+    mean[k] = count[k] > 0.0 ? sum[k] / count[k] : 0.0;
+    entries += count[k];
+    finite &= sum[k] - sum[k] == 0.0;
     if (raw_stats) {
       sum_sq[k] = warp_sum(sum_sq[k]);
       hi[k] = warp_max(hi[k]);
@@ -76,40 +126,32 @@ __device__ void accumulate_group(const Problem& p, const Table& t, const float* 
   }
   sum_count = warp_sum(sum_count);
   sum_total = warp_sum(sum_total);
-  const double sum_mean = sum_count > 0 ? sum_total / sum_count : 0.0;
-  const float row_sum_mean = static_cast<float>(sum_mean);
+  const double sum_mean = sum_count > 0.0 ? sum_total / sum_count : 0.0;
+  // Warp-uniform: the sums are the warp's.
+  const double infinite = finite ? 0.0 : infinite_entries<KT, Real>(p, begin, end, lane, sum);
 
-  double dev[N];
+  // Pass 2: squared deviations from the double means.
+  double dev[N], sum_dev = 0.0;
   for (int k = 0; k < K; ++k) dev[k] = 0.0;
-  double sum_dev = 0.0;
   for (int64_t i = begin + lane; i < end; i += 32) {
     load_row<KT>(p, row_at(p, i), K, r);
-    float rsum = 0.0f;
-    bool scorable = false;
-    for (int k = 0; k < K; ++k) {
-      const float x = clean_reward(r[k], o);
-      const bool valid = x == x;
-      const float d = valid ? x - row_mean[k] : 0.0f;
-      dev[k] += static_cast<double>(d * d);
-      rsum += valid ? base[k] * x : 0.0f;
-      scorable |= valid;
-    }
-    if (o.combined_column() && scorable) {
-      const float d = rsum - row_sum_mean;
-      sum_dev += static_cast<double>(d * d);
+    add_row_deviations<KT>(r, K, o, mean, dev);
+    if (o.combined_column()) {
+      bool scorable;
+      const double d = row_reward_sum<KT>(r, K, o, base, &scorable) - sum_mean;
+      sum_dev += scorable ? d * d : 0.0;
     }
   }
   sum_dev = warp_sum(sum_dev);
 
-  // Apply reads the float table: the row pass uses the same rounded values.
-  float scale[N], weight[N];
-  double spread[N];
+  double group_mean[N], spread[N];  // spread: b_k sigma_gk, DVAO's unnormalised group weight
+  Real scale[N], weight[N];
   double spread_total = 0.0;
   for (int k = 0; k < K; ++k) {
     const ColumnStats s = finish_column(count[k], mean[k], warp_sum(dev[k]), o);
-    row_mean[k] = static_cast<float>(s.mean);
-    scale[k] = static_cast<float>(s.scale);
-    spread[k] = p.base[k] * s.std;
+    group_mean[k] = s.mean;
+    scale[k] = static_cast<Real>(s.scale);
+    spread[k] = base[k] * s.std;
     spread_total += spread[k];
     if (lane == 0) {
       acc[L.active(k)] += s.active;
@@ -118,84 +160,59 @@ __device__ void accumulate_group(const Problem& p, const Table& t, const float* 
       acc[L.raw_sum_sq(k)] += sum_sq[k];
       extrema[L.max_reward(k)] = fmax(extrema[L.max_reward(k)], static_cast<double>(hi[k]));
       extrema[L.max_negated_reward(k)] = fmax(extrema[L.max_negated_reward(k)], static_cast<double>(lo[k]));
-      t.mean[g * K + k] = row_mean[k];
-      t.scale[g * K + k] = scale[k];
+      t.mean[g * K + k] = s.mean;
+      t.scale[g * K + k] = s.scale;
     }
   }
   for (int k = 0; k < K; ++k) {
     const double w = spread_total != 0.0 ? spread[k] / spread_total : 0.0;
-    weight[k] = static_cast<float>(w);
+    weight[k] = static_cast<Real>(w);
     if (o.group_weighted() && lane == 0) {
       acc[L.group_weight(k)] += w;
-      t.weight[g * K + k] = weight[k];
+      t.weight[g * K + k] = w;
     }
   }
-  GroupRefOf<float> group{row_mean, scale, o.group_weighted() ? weight : nullptr, 0.0f, 0.0f};
+  GroupRefOf<Real> group{group_mean, scale, o.group_weighted() ? weight : nullptr, 0.0, Real(0)};
   if (o.combined_column()) {
     const ColumnStats s = finish_column(sum_count, sum_mean, sum_dev, o);
-    group.sum_mean = static_cast<float>(s.mean);
-    group.sum_scale = static_cast<float>(s.scale);
+    group.sum_mean = s.mean;
+    group.sum_scale = static_cast<Real>(s.scale);
     if (lane == 0) {
-      t.sum_stats[2 * g] = group.sum_mean;
-      t.sum_stats[2 * g + 1] = group.sum_scale;
+      t.sum_stats[2 * g] = s.mean;
+      t.sum_stats[2 * g + 1] = s.scale;
     }
   }
 
-  float energy[N], signal[N], token_signal[N], reward_a[N], column_a[N];
-  float cross[N * N], token_cross[N * N];
-  for (int k = 0; k < K; ++k) energy[k] = signal[k] = token_signal[k] = 0.0f;
-  for (int c = 0; c < C * C; ++c) cross[c] = token_cross[c] = 0.0f;
+  // Pass 3: each row's A_jk and combined columns (row_signal, as apply).
+  constexpr int NC = max_columns<KT>(), NX = max_cross<KT>();
+  Real reward_a[N], column_a[NC];
+  double energy[N], signal[NC], token_signal[NC], cross[NX], token_cross[NX];
+  for (int k = 0; k < K; ++k) energy[k] = 0.0;
+  for (int c = 0; c < C; ++c) signal[c] = token_signal[c] = 0.0;
+  for (int c = 0; c < C * (C + 1) / 2; ++c) cross[c] = token_cross[c] = 0.0;
   int kept = 0, rows = 0;
-  float token_total = 0.0f;
+  double token_total = 0.0;
   const bool token = p.token_weights != nullptr;
   for (int64_t i = begin + lane; i < end; i += 32) {
     const int64_t j = row_at(p, i);
     load_row<KT>(p, j, K, r);
     const RowSignal rs = row_signal<KT>(r, K, o, base, group, reward_a, column_a);
-    for (int k = 0; k < K; ++k) energy[k] += reward_a[k] * reward_a[k];
+    for (int k = 0; k < K; ++k) energy[k] += static_cast<double>(reward_a[k]) * reward_a[k];
     kept += rs.keep ? 1 : 0;
     if (!(rs.keep && rs.scorable)) continue;
     rows += 1;
-    for (int c = 0; c < C; ++c) {
-      signal[c] += column_a[c];
-      for (int d = c; d < C; ++d) cross[c * C + d] += column_a[c] * column_a[d];
-    }
+    add_columns(column_a, C, 1.0, signal, cross);
     if (!token) continue;
-    const float w = static_cast<float>(p.token_weights[j]);
+    const double w = p.token_weights[j];
     token_total += w;
-    for (int c = 0; c < C; ++c) {
-      token_signal[c] += w * column_a[c];
-      for (int d = c; d < C; ++d) token_cross[c * C + d] += w * column_a[c] * column_a[d];
-    }
+    add_columns(column_a, C, w, token_signal, token_cross);
   }
   for (int k = 0; k < K; ++k) {
-    const float e = warp_sum(energy[k]);
+    const double e = warp_sum(energy[k]);
     if (lane == 0) acc[L.energy(k)] += e;
   }
-  for (int c = 0; c < C; ++c) {
-    const float s = warp_sum(signal[c]);
-    if (lane == 0) acc[L.signal(c)] += s;
-    for (int d = c; d < C; ++d) {
-      const float x = warp_sum(cross[c * C + d]);
-      if (lane == 0) {
-        acc[L.cross(c, d)] += x;
-        if (d != c) acc[L.cross(d, c)] += x;
-      }
-    }
-  }
-  if (token) {
-    for (int c = 0; c < C; ++c) {
-      const float ts = warp_sum(token_signal[c]);
-      if (lane == 0) acc[L.token_signal(c)] += ts;
-      for (int d = c; d < C; ++d) {
-        const float tx = warp_sum(token_cross[c * C + d]);
-        if (lane == 0) {
-          acc[L.token_cross(c, d)] += tx;
-          if (d != c) acc[L.token_cross(d, c)] += tx;
-        }
-      }
-    }
-  }
+  add_column_sums(signal, cross, C, lane, acc + L.signal(0), acc + L.cross(0, 0));
+  if (token) add_column_sums(token_signal, token_cross, C, lane, acc + L.token_signal(0), acc + L.token_cross(0, 0));
   kept = warp_sum(kept);
   rows = warp_sum(rows);
   token_total = warp_sum(token_total);
@@ -203,11 +220,13 @@ __device__ void accumulate_group(const Problem& p, const Table& t, const float* 
     acc[L.groups()] += 1.0;
     acc[L.rows()] += rows;
     acc[L.token_total()] += token_total;
+    acc[L.infinite_rewards()] += infinite;
+    acc[L.missing_rewards()] += static_cast<double>((end - begin) * K) - entries;
     t.kappa[g] = static_cast<float>(kept) / static_cast<float>(end - begin);
   }
 }
 
-template <int KT>
+template <int KT, typename Real>
 __global__ void accumulate_kernel(Problem p, Table t, Reduction red, Results out) {
   extern __shared__ double shared[];
   const AccumulatorLayout L{p.K, p.C};
@@ -219,12 +238,12 @@ __global__ void accumulate_kernel(Problem p, Table t, Reduction red, Results out
   for (int i = lane; i < E; i += 32) extrema[i] = -INFINITY;
   __syncwarp();
 
-  float base[KT > 0 ? KT : kMaxCudaRewards];
+  double base[max_rewards<KT>()];
   load_base<KT>(p, base);
   const int64_t groups = group_count(p);
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * warps + warp; g < groups;
        g += static_cast<int64_t>(gridDim.x) * warps) {
-    accumulate_group<KT>(p, t, base, g, lane, acc, extrema, L);
+    accumulate_group<KT, Real>(p, t, base, g, lane, acc, extrema, L);
     __syncwarp();
   }
   __syncthreads();
@@ -283,12 +302,13 @@ cudaError_t launch_accumulate(const Problem& p, const Table& t, const Reduction&
                               cudaStream_t stream) {
   const size_t shared = accumulate_shared_bytes(p.K, p.C);
   cudaError_t status = cudaSuccess;
-  dispatch_k(p.K, [&](auto kt) {
+  dispatch_rows(p, [&](auto kt, auto real) {
     constexpr int KT = decltype(kt)::value;
-    status = cudaFuncSetAttribute(accumulate_kernel<KT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    using Real = decltype(real);
+    status = cudaFuncSetAttribute(accumulate_kernel<KT, Real>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(shared));
     if (status != cudaSuccess) return;
-    accumulate_kernel<KT><<<blocks, kWarpsPerBlock * 32, shared, stream>>>(p, t, r, out);
+    accumulate_kernel<KT, Real><<<blocks, kWarpsPerBlock * 32, shared, stream>>>(p, t, r, out);
     status = cudaGetLastError();
   });
   return status;

@@ -120,7 +120,7 @@ Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_
   p.problem = cuda::Problem{p.rewards.data_ptr(),
                             dtype_of(p.rewards.scalar_type()),
                             static_cast<int>(K),
-                            o.combined_column() ? 1 : static_cast<int>(K),
+                            o.combined_columns(static_cast<int>(K)),
                             group_index.has_value() ? 0 : group_size,
                             p.rows.defined() ? p.rows.data_ptr<int64_t>() : nullptr,
                             p.offsets.defined() ? p.offsets.data_ptr<int64_t>() : nullptr,
@@ -149,10 +149,10 @@ Launch plan(const Prepared& p, cudaStream_t stream) {
   auto f64 = p.rewards.options().dtype(at::kDouble);
   const int64_t groups = std::max<int64_t>(p.max_groups, 1);
   const Options& o = p.problem.options;
-  l.mean = at::empty({groups * K}, f32);
-  l.scale = at::empty({groups * K}, f32);
-  l.weight = at::empty({o.group_weighted() ? groups * K : 1}, f32);
-  l.sum_stats = at::empty({o.combined_column() ? 2 * groups : 2}, f32);
+  l.mean = at::empty({groups * K}, f64);
+  l.scale = at::empty({groups * K}, f64);
+  l.weight = at::empty({o.group_weighted() ? groups * K : 1}, f64);
+  l.sum_stats = at::empty({o.combined_column() ? 2 * groups : 2}, f64);
   l.kappa = at::empty({groups}, f32);
   l.partial = at::empty({l.blocks, L.size()}, f64);
   l.partial_extrema = at::empty({l.blocks, L.extrema_size()}, f64);
@@ -161,8 +161,8 @@ Launch plan(const Prepared& p, cudaStream_t stream) {
   check(cudaMemsetAsync(l.counter.data_ptr<int>(), 0, sizeof(int), stream));
   l.acc = at::empty({L.size()}, f64);
   l.extrema = at::empty({L.extrema_size()}, f64);
-  l.table = cuda::Table{l.mean.data_ptr<float>(), l.scale.data_ptr<float>(), l.weight.data_ptr<float>(),
-                        l.sum_stats.data_ptr<float>(), l.kappa.data_ptr<float>()};
+  l.table = cuda::Table{l.mean.data_ptr<double>(), l.scale.data_ptr<double>(), l.weight.data_ptr<double>(),
+                        l.sum_stats.data_ptr<double>(), l.kappa.data_ptr<float>()};
   l.reduction = cuda::Reduction{l.partial.data_ptr<double>(),
                                 l.partial_extrema.data_ptr<double>(),
                                 reinterpret_cast<unsigned int*>(l.counter.data_ptr<int>()),

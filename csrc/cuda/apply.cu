@@ -9,37 +9,44 @@ namespace dara {
 namespace cuda {
 namespace {
 
-// Every row is scored in float with the same row_signal as accumulate's row
-// pass, from the same float table, so both agree on keep and scorable.
-template <int KT>
+// Every row is scored in the row type with the same row_signal as
+// accumulate's row pass, from the same table rounded the same way, so both
+// agree on keep and scorable. s_j and s_j - shift are taken in double, as
+// finalize takes the batch mean: in a batch with no spread the factor is
+// 1 / bn_eps, and a float s_j one ulp from the float mean came out 1e-2 off
+// (gd2po_hard, two kept rows; measured on a host emulation of this kernel).
+template <int KT, typename Real>
 __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutputs out) {
-  constexpr int N = KT > 0 ? KT : kMaxCudaRewards;
+  constexpr int N = max_rewards<KT>();
   const int K = KT > 0 ? KT : p.K;
   const int C = p.C;
   const Options& o = p.options;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  float base[N], combine[N];
+  double base[N];
+  double combine[max_columns<KT>()];
   load_base<KT>(p, base);
-  for (int c = 0; c < C; ++c) combine[c] = static_cast<float>(affine[c]);
-  const float shift = static_cast<float>(affine[C]), scale = static_cast<float>(affine[C + 1]);
+  for (int c = 0; c < C; ++c) combine[c] = affine[c];
+  const double shift = affine[C], scale = affine[C + 1];
   const int64_t groups = group_count(p);
-  float mean[N], sc[N], weight[N], r[N], reward_a[N], column_a[N];
+  double mean[N];
+  Real sc[N], weight[N], r[N], reward_a[N], column_a[max_columns<KT>()];
+  double column_d[max_columns<KT>()];
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * warps + warp; g < groups;
        g += static_cast<int64_t>(gridDim.x) * warps) {
     int64_t begin, end;
     group_range(p, g, begin, end);
     for (int k = 0; k < K; ++k) {
       mean[k] = t.mean[g * K + k];
-      sc[k] = t.scale[g * K + k];
-      weight[k] = o.group_weighted() ? t.weight[g * K + k] : 0.0f;
+      sc[k] = static_cast<Real>(t.scale[g * K + k]);
+      weight[k] = o.group_weighted() ? static_cast<Real>(t.weight[g * K + k]) : Real(0);
     }
-    GroupRefOf<float> group{mean, sc, o.group_weighted() ? weight : nullptr, 0.0f, 0.0f};
+    GroupRefOf<Real> group{mean, sc, o.group_weighted() ? weight : nullptr, 0.0, Real(0)};
     if (o.combined_column()) {
       group.sum_mean = t.sum_stats[2 * g];
-      group.sum_scale = t.sum_stats[2 * g + 1];
+      group.sum_scale = static_cast<Real>(t.sum_stats[2 * g + 1]);
     }
     const float kappa = t.kappa[g];
-    const float factor = (o.apply_query_scale ? kappa : 1.0f) * scale;
+    const double factor = (o.apply_query_scale ? kappa : 1.0) * scale;
     for (int64_t chunk = begin; chunk < end; chunk += 32) {
       const int64_t i = chunk + lane;
       const bool here = i < end;
@@ -48,7 +55,8 @@ __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutp
       if (here) {
         load_row<KT>(p, j, K, r);
         const RowSignal rs = row_signal<KT>(r, K, o, base, group, reward_a, column_a);
-        value = row_advantage<0>(rs, column_a, C, combine, shift, factor);
+        for (int c = 0; c < C; ++c) column_d[c] = column_a[c];
+        value = static_cast<float>(row_advantage<0>(rs, column_d, C, combine, shift, factor));
         out.advantages[j] = value;
         out.keep[j] = rs.keep;
         out.query_scale[j] = kappa;
@@ -72,9 +80,10 @@ __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutp
 cudaError_t launch_apply(const Problem& p, const Table& t, const double* affine, const ApplyOutputs& out, int blocks,
                          cudaStream_t stream) {
   cudaError_t status = cudaSuccess;
-  dispatch_k(p.K, [&](auto kt) {
+  dispatch_rows(p, [&](auto kt, auto real) {
     constexpr int KT = decltype(kt)::value;
-    apply_kernel<KT><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p, t, affine, out);
+    using Real = decltype(real);
+    apply_kernel<KT, Real><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p, t, affine, out);
     status = cudaGetLastError();
   });
   return status;

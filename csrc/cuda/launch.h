@@ -22,7 +22,7 @@ struct Problem {
   const void* rewards;
   DType rewards_dtype;
   int K;
-  int C;                // combined columns: K, or 1 for GRPO
+  int C;                // combined columns: Options::combined_columns(K)
   int64_t group_size;   // > 0: contiguous groups of this size
   const int64_t* rows;  // CSR of group_index (nullptr when contiguous)
   const int64_t* offsets;
@@ -34,12 +34,15 @@ struct Problem {
   Options options;
 };
 
-struct Table {       // per group, written by accumulate, read by apply
-  float* mean;       // [B, K]
-  float* scale;      // [B, K]
-  float* weight;     // [B, K] DVAO only
-  float* sum_stats;  // [B, 2] GRPO only
-  float* kappa;      // [B]
+// Per group, written by accumulate, read by apply, in double: the mean stays
+// double in the row formulas (row_signal.h); both kernels round the scales
+// and weights to the row type in registers, so they see the same values.
+struct Table {
+  double* mean;       // [B, K]
+  double* scale;      // [B, K]
+  double* weight;     // [B, K] DVAO only
+  double* sum_stats;  // [B, 2] GRPO only: the summed column's mean and scale
+  float* kappa;       // [B]
 };
 
 struct Reduction {

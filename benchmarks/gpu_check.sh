@@ -7,8 +7,9 @@
 # 1. builds the extension in place for the detected GPU against the installed
 #    torch (setup.py build_ext --inplace; the checkout goes first on PYTHONPATH),
 # 2. runs the GPU tests with compiled Triton (full sweep against the float64
-#    reference, bitwise determinism, CUDA-graph capture and replay, bf16 at 1M
-#    rows, 2^24 rows),
+#    reference, offset and calibration sweeps, the authors' two estimators,
+#    bitwise determinism, CUDA-graph capture and replay, bf16 at 1M rows,
+#    2^24 rows),
 # 3. measures the acceptance targets (benchmarks/gpu_summary.py),
 # 4. runs the microbenchmark sweep for cuda and triton with the time left,
 # then prints the summary table. Everything lands in ${OUT:-gpu-out}/.
@@ -117,7 +118,7 @@ fi
 
 run_step tests 200 100 "$OUT/tests.log" \
   "$PY" -m pytest -q -p no:cacheprovider --durations=10 \
-  tests/test_cuda_backend.py tests/test_triton_backend.py
+  tests/test_cuda_backend.py tests/test_triton_backend.py tests/test_authors_setups.py
 
 run_step acceptance 100 20 "$OUT/acceptance.log" \
   "$PY" benchmarks/gpu_summary.py measure --json "$OUT/acceptance.json"

@@ -1,7 +1,7 @@
 """The authors' two DARA estimators, written here from their published
 definitions (repository zhaihaotian/DARA: docs/ALGORITHMS.md, the math
 estimator math/rdgdpo/advantages.py), independent of the op's code, against
-`fused_advantage` on every backend CI has:
+`fused_advantage` on every backend (CUDA where a GPU is present):
 
 - tool calling (verl): verl's group statistics (a group of one: mean 0,
   std 1), density weights or static weights, token-level whitening over the
@@ -103,7 +103,7 @@ def groups_of(uids):
     return [torch.nonzero(uids == u).flatten() for u in uids.unique()]
 
 
-BACKENDS = ["reference", "cpu", "triton"]
+BACKENDS = ["reference", "cpu", "triton", "cuda"]
 ARMS = [  # (label, calibration, static weights or None)
     ("DARA-Asym", "positive", None), ("DARA-Sym", "symmetric", None),
     ("Static-Asym", "positive", [1.0, 1.0, 5.0]), ("Static-Sym", "symmetric", [1.0, 1.0, 5.0]),
@@ -111,16 +111,18 @@ ARMS = [  # (label, calibration, static weights or None)
 
 
 def ours(backend, rewards, uids, mask, calibration, setup, static):
-    if dk.unavailable_reason(backend, torch.device("cpu")) is not None:
-        pytest.skip(dk.unavailable_reason(backend, torch.device("cpu")))
+    device = torch.device("cuda" if backend == "cuda" else "cpu")
+    if dk.unavailable_reason(backend, device) is not None:
+        pytest.skip(dk.unavailable_reason(backend, device))
     options = dict(method="static", reward_weights=static) if static is not None else dict(method="dara")
     if setup == "toolcall":
-        options.update(preset="verl", response_mask=mask)
-    return dk.fused_advantage(rewards.float(), group_index=uids, calibration=calibration, backend=backend, **options)
+        options.update(preset="verl", response_mask=mask.to(device))
+    return dk.fused_advantage(rewards.float().to(device), group_index=uids.to(device), calibration=calibration,
+                              backend=backend, **options)
 
 
 def largest_difference(out, expected, setup):
-    got = (out.token_advantages if setup == "toolcall" else out.advantages).double()
+    got = (out.token_advantages if setup == "toolcall" else out.advantages).double().cpu()
     return (got - expected).abs().max().item() / max(1.0, expected.abs().max().item())
 
 
@@ -136,9 +138,9 @@ def test_equals_the_authors_estimator(backend, label, calibration, static, setup
         err = largest_difference(out, expected, setup)
         print(f"{backend} {label} {setup}: largest difference {err:.2e}")
         assert err <= TOLERANCES.get(backend, {}).get(torch.float32, 1e-6), f"{label} {setup}: {err:.3g}"
-        torch.testing.assert_close(out.density.double(), pi, rtol=0, atol=1e-7)
+        torch.testing.assert_close(out.density.double().cpu(), pi, rtol=0, atol=1e-7)
         if static is None:
-            torch.testing.assert_close(out.weights.double(), weights, rtol=1e-6, atol=0)
+            torch.testing.assert_close(out.weights.double().cpu(), weights, rtol=1e-6, atol=0)
 
 
 def test_the_cap_binds_on_the_paper_batch():

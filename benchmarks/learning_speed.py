@@ -225,6 +225,12 @@ def final_eval(run: dict) -> dict:
 FINAL_TRAIN_STEPS = 10
 
 
+def first_density(run: dict) -> dict:
+    """Each reward's active-group density at the first step (after the shift for toy-shift)."""
+    record = next(r for r in run["records"] if r["step"] > run["start"] and f"density/{run['rewards'][0]}" in r)
+    return {name: record[f"density/{name}"] for name in run["rewards"]}
+
+
 def final_train(run: dict) -> dict:
     """Each reward's training mean over the last FINAL_TRAIN_STEPS steps (sampled replies: finer than the
     held-out greedy eval of 20 prompts)."""
@@ -266,8 +272,11 @@ def summarize_methods(data: dict) -> dict:
         steps = [run_steps(r) for r in mine]
         evals = [final_eval(r) for r in mine]
         trains = [final_train(r) for r in mine]
+        firsts = [first_density(r) for r in mine]
         entry = {"seeds": [r["seed"] for r in mine], "collapsed": sum(map(collapsed, mine)),
-                 "steps": {}, "eval": {}, "train": {}}
+                 "steps": {}, "eval": {}, "train": {},
+                 "first_density": {name: (sum(f[name] for f in firsts) / len(firsts), max(f[name] for f in firsts))
+                                   for name in runs[0]["rewards"]}}
         for name in rewards:
             values = [s[name] for s in steps]
             q1, q2, q3 = quartiles(values)
@@ -304,15 +313,19 @@ def print_tables(data: dict, summary: dict) -> None:
           "mean reaches " + ", ".join(f"{k} >= {v:g}" for k, v in thresholds.items()) + " (all: every reward);"
           f" median [IQR], (reached/runs); never reached counts as {never}; collapsed: runs in which every"
           f" density stayed 0 for {COLLAPSE_STEPS}+ steps; final eval: held-out greedy, mean over seeds;"
-          f" final train: training mean of the last {FINAL_TRAIN_STEPS} steps, mean over seeds\n")
+          f" final train: training mean of the last {FINAL_TRAIN_STEPS} steps, mean over seeds; density at"
+          f" step {run['start'] + 1}: share of groups in which the reward varies, mean [max] over seeds, "
+          + " / ".join(run["rewards"]) + "\n")
     rows = []
     for method, entry in summary["methods"].items():
         cells = [f"{e['median']:.1f} [{e['q1']:.0f}-{e['q3']:.0f}] ({e['reached']}/{len(entry['seeds'])})"
                  for e in (entry["steps"][n] for n in rewards)]
-        rows.append([method, str(len(entry["seeds"])), str(entry["collapsed"]), *cells,
+        density = " / ".join(f"{mean:.3f} [{top:.3f}]" for mean, top in entry["first_density"].values())
+        rows.append([method, str(len(entry["seeds"])), str(entry["collapsed"]), density, *cells,
                      *(f"{entry['eval'][n]:.2f}" for n in run["rewards"]),
                      *(f"{entry['train'][n]:.2f}" for n in run["rewards"])])
-    markdown_table(["method", "seeds", "collapsed", *(f"steps: {n}" for n in rewards),
+    markdown_table(["method", "seeds", "collapsed", f"density at step {run['start'] + 1}",
+                    *(f"steps: {n}" for n in rewards),
                     *(f"final eval {n}" for n in run["rewards"]), *(f"final train {n}" for n in run["rewards"])],
                    rows)
     if not summary["pairs"]:

@@ -1,16 +1,24 @@
 """Learning speed of advantage methods: dara-train runs of methods x seeds on
 one task preset, then, per method, the steps each reward needs to reach its
-threshold, the final held-out evaluation, and a paired-by-seed comparison
-with DARA.
+threshold, the final held-out evaluation, and paired-by-seed comparisons.
 
-    python benchmarks/learning_speed.py --preset toy --seeds 10 [--other-seeds 3] [--jobs 2]
-        [--methods dara,gdpo,grpo,static] [--baselines] [--static-weights 1,2,1 ...]
-        [--steps N] [--set KEY=VALUE ...] [--json PATH] [--plot PNG]
+    python benchmarks/learning_speed.py --preset toy-paper --seeds 10 [--other-seeds 5] [--jobs 2]
+        [--methods dara,dara-sym,gdpo,static-asym,static-sym,grpo] [--baselines] [--static-weights 1,5,1]
+        [--group-sizes 4,8,16] [--steps N] [--set KEY=VALUE ...] [--json PATH] [--plot PNG]
+
+Methods are the paper's arms (Tables 2 and 4): `dara` is DARA-Asym (the op's
+default: positive-only calibration, weights capped at 5), `dara-sym` DARA-Sym,
+`static-asym` and `static-sym` the two calibrations with fixed weights
+(`--static-weights`), and any other `fused_advantage` method by name (gdpo,
+grpo, ...). `--group-sizes` runs each method at every group size G with the
+preset's replies per step (prompts = replies / G); at the preset's own G the
+runs are the plain methods' runs, so they are shared with the main table.
 
 Runs are single-threaded processes, `--jobs` at a time. Every finished run is
 written to the JSON at once, so an interrupted benchmark resumes where it
-stopped (same command). A run that never reaches a threshold counts as one
-step slower than the run length (it is listed as not reached)."""
+stopped (same command), and runs already in the file are reused by any
+command that asks for them. A run that never reaches a threshold counts as
+one step slower than the run length (it is listed as not reached)."""
 from __future__ import annotations
 
 import argparse
@@ -26,25 +34,53 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 
-MAIN_METHODS = ["dara", "gdpo", "grpo", "static"]
+MAIN_METHODS = ["dara", "dara-sym", "gdpo", "static-asym", "static-sym", "grpo"]
 TABLE5_BASELINES = ["dvao", "saw", "sa_mrpo", "gd2po_hard"]
-# The static weightings swept for each preset (upweighting the reward that starts sparse).
-DEFAULT_STATIC_WEIGHTS = {"toy": ["1,2,1", "1,4,1"], "toy-asym": ["1,1,2", "1,2,2"],
-                          "toy-shift": ["1,2,1", "1,4,1"]}
+# Methods run with --seeds; every other one with --other-seeds.
+FULLY_SEEDED = ("dara", "dara-sym", "gdpo")
+# The paper's static controls (Table 4) put weight 5 on one reward: here the one that starts sparse.
+DEFAULT_STATIC_WEIGHTS = {"toy": "1,5,1", "toy-paper": "1,5,1", "toy-shift": "1,5,1", "toy-gated-length": "1,1,5"}
+# Paired comparisons: each reference method against these (None: every other method at the same group size).
+PAIRED = {"dara": None, "dara-sym": ("gdpo", "static-sym")}
 KEPT = ("reward/", "density/", "weight/", "eval/")
 
 
-def method_specs(names: list[str], static_weights: list[str]) -> dict[str, list[str]]:
-    """label -> dara-train overrides. `static` expands to one label per weight vector."""
+def advantage_overrides(name: str, static_weights: str) -> list[str]:
+    """dara-train overrides of one named method (the calibrations through advantage.options)."""
+    named = {
+        "dara-sym": ("dara", "{calibration: symmetric}"),
+        "static-asym": ("static", f"{{calibration: positive, reward_weights: [{static_weights}]}}"),
+        "static-sym": ("static", f"{{reward_weights: [{static_weights}]}}"),
+    }
+    if name in named:
+        method, options = named[name]
+        return [f"advantage.method={method}", f"advantage.options={options}"]
+    return [f"advantage.method={name}"]
+
+
+def method_specs(names: list[str], static_weights: str, group_sizes: list[int], preset_group: int,
+                 replies: int) -> dict[str, list[str]]:
+    """label -> dara-train overrides; `name@G<g>` for a group size other than the preset's."""
     specs = {}
-    for name in names:
-        if name == "static":
-            for weights in static_weights:
-                specs[f"static[{weights}]"] = ["advantage.method=static",
-                                               f"advantage.options={{reward_weights: [{weights}]}}"]
-        else:
-            specs[name] = [f"advantage.method={name}"]
+    for group in group_sizes or [preset_group]:
+        if replies % group:
+            raise SystemExit(f"--group-sizes: {replies} replies per step do not split into groups of {group}")
+        for name in names:
+            if group == preset_group:
+                specs[name] = advantage_overrides(name, static_weights)
+            else:
+                specs[f"{name}@G{group}"] = [*advantage_overrides(name, static_weights),
+                                             f"rollout.group_size={group}",
+                                             f"rollout.prompts_per_step={replies // group}"]
     return specs
+
+
+def base_method(label: str) -> str:
+    return label.split("@")[0]
+
+
+def group_suffix(label: str) -> str:
+    return label[len(base_method(label)):]
 
 
 def run_one(preset: str, label: str, overrides: list[str], seed: int, steps: int | None, workdir: str,
@@ -104,7 +140,7 @@ def save_results(path: Path, data: dict) -> None:
 
 
 def seed_count(args, label: str) -> int:
-    return args.seeds if label in ("dara", "gdpo") else min(args.other_seeds, args.seeds)
+    return args.seeds if base_method(label) in FULLY_SEEDED else min(args.other_seeds, args.seeds)
 
 
 def run_all(args, specs: dict, data: dict, path: Path) -> None:
@@ -186,20 +222,61 @@ def final_eval(run: dict) -> dict:
     return {k[5:]: v for k, v in evals[-1].items() if k.startswith("eval/")} if evals else {}
 
 
+FINAL_TRAIN_STEPS = 10
+
+
+def first_density(run: dict) -> dict:
+    """Each reward's active-group density at the first step (after the shift for toy-shift)."""
+    record = next(r for r in run["records"] if r["step"] > run["start"] and f"density/{run['rewards'][0]}" in r)
+    return {name: record[f"density/{name}"] for name in run["rewards"]}
+
+
+def final_train(run: dict) -> dict:
+    """Each reward's training mean over the last FINAL_TRAIN_STEPS steps (sampled replies: finer than the
+    held-out greedy eval of 20 prompts)."""
+    records = [r for r in run["records"] if f"reward/{run['rewards'][0]}/mean" in r][-FINAL_TRAIN_STEPS:]
+    return {name: sum(r[f"reward/{name}/mean"] for r in records) / len(records) for name in run["rewards"]}
+
+
+def pairs(methods: list[str]) -> list[tuple[str, str]]:
+    """(reference, other) pairs among the methods, each within one group size."""
+    out = []
+    for reference, others in PAIRED.items():
+        for ref in (m for m in methods if base_method(m) == reference):
+            suffix = group_suffix(ref)
+            out += [(ref, m) for m in methods if m != ref and group_suffix(m) == suffix
+                    and (others is None or base_method(m) in others)]
+    return out
+
+
+def compare(mine: dict, other: dict) -> dict:
+    """Paired by seed: wins (mine faster), losses, ties, sign-test p, and the per-seed step ratio mine/other."""
+    seeds = sorted(set(mine) & set(other))
+    wins = sum(mine[s] < other[s] for s in seeds)
+    losses = sum(mine[s] > other[s] for s in seeds)
+    ratios = [mine[s] / other[s] for s in seeds]
+    return {"wins": wins, "losses": losses, "ties": len(seeds) - wins - losses, "p": sign_test_p(wins, losses),
+            "ratio": quartiles(ratios), "quarter_fewer": sum(r <= 0.75 for r in ratios), "seeds": len(seeds)}
+
+
 def summarize_methods(data: dict) -> dict:
-    """method -> {seeds, collapsed, steps: reward -> {median, q1, q3, reached, by_seed}, eval: reward -> mean,
-    paired: reward -> {wins, losses, ties, p}} (paired: DARA against this method)."""
+    """{"methods": method -> {seeds, collapsed, steps: reward -> {median, q1, q3, reached, by_seed},
+    eval: reward -> mean, train: reward -> mean}, "pairs": (reference, other) -> reward -> compare()}."""
     runs = sorted(data["runs"], key=lambda r: r["seed"])
     rewards = runs[0]["rewards"] + ["all"]
     never = runs[0]["steps"] - runs[0]["start"] + 1
-    methods = list(dict.fromkeys(r["method"] for r in sorted(runs, key=lambda r: r["method"] != "dara")))
+    methods = list(dict.fromkeys(r["method"] for r in data["runs"]))
     table = {}
     for method in methods:
         mine = [r for r in runs if r["method"] == method]
         steps = [run_steps(r) for r in mine]
         evals = [final_eval(r) for r in mine]
+        trains = [final_train(r) for r in mine]
+        firsts = [first_density(r) for r in mine]
         entry = {"seeds": [r["seed"] for r in mine], "collapsed": sum(map(collapsed, mine)),
-                 "steps": {}, "eval": {}, "paired": {}}
+                 "steps": {}, "eval": {}, "train": {},
+                 "first_density": {name: (sum(f[name] for f in firsts) / len(firsts), max(f[name] for f in firsts))
+                                   for name in runs[0]["rewards"]}}
         for name in rewards:
             values = [s[name] for s in steps]
             q1, q2, q3 = quartiles(values)
@@ -209,22 +286,21 @@ def summarize_methods(data: dict) -> dict:
         for name in runs[0]["rewards"]:
             values = [e[name] for e in evals if name in e]
             entry["eval"][name] = sum(values) / len(values) if values else float("nan")
+            entry["train"][name] = sum(t[name] for t in trains) / len(trains)
         table[method] = entry
-    if "dara" in table:
-        for method, entry in table.items():
-            if method == "dara":
-                continue
-            for name in rewards:
-                dara, other = table["dara"]["steps"][name]["by_seed"], entry["steps"][name]["by_seed"]
-                seeds = sorted(set(dara) & set(other))
-                wins = sum(dara[s] < other[s] for s in seeds)
-                losses = sum(dara[s] > other[s] for s in seeds)
-                entry["paired"][name] = {"wins": wins, "losses": losses, "ties": len(seeds) - wins - losses,
-                                         "p": sign_test_p(wins, losses)}
-    return table
+    paired = {(a, b): {name: compare(table[a]["steps"][name]["by_seed"], table[b]["steps"][name]["by_seed"])
+                       for name in rewards} for a, b in pairs(methods)}
+    return {"methods": table, "pairs": paired}
 
 
-def print_tables(data: dict, table: dict) -> None:
+def markdown_table(header: list[str], rows: list[list[str]]) -> None:
+    print("| " + " | ".join(header) + " |")
+    print("|" + " --- |" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+def print_tables(data: dict, summary: dict) -> None:
     run = data["runs"][0]
     from trainer.summary import thresholds_for
 
@@ -236,28 +312,34 @@ def print_tables(data: dict, table: dict) -> None:
     print(f"\npreset {data['preset']}{settings}, {run['steps']} steps; steps{after} until the 5-step training "
           "mean reaches " + ", ".join(f"{k} >= {v:g}" for k, v in thresholds.items()) + " (all: every reward);"
           f" median [IQR], (reached/runs); never reached counts as {never}; collapsed: runs in which every"
-          f" density stayed 0 for {COLLAPSE_STEPS}+ steps")
-    header = "| method | seeds | collapsed | " + " | ".join(f"steps: {n}" for n in rewards) + " | " \
-        + " | ".join(f"final eval {n}" for n in run["rewards"]) + " |"
-    print(header)
-    print("|" + " --- |" * (header.count("|") - 1))
-    for method, entry in table.items():
+          f" density stayed 0 for {COLLAPSE_STEPS}+ steps; final eval: held-out greedy, mean over seeds;"
+          f" final train: training mean of the last {FINAL_TRAIN_STEPS} steps, mean over seeds; density at"
+          f" step {run['start'] + 1}: share of groups in which the reward varies, mean [max] over seeds, "
+          + " / ".join(run["rewards"]) + "\n")
+    rows = []
+    for method, entry in summary["methods"].items():
         cells = [f"{e['median']:.1f} [{e['q1']:.0f}-{e['q3']:.0f}] ({e['reached']}/{len(entry['seeds'])})"
                  for e in (entry["steps"][n] for n in rewards)]
-        evals = [f"{entry['eval'][n]:.2f}" for n in run["rewards"]]
-        print(f"| {method} | {len(entry['seeds'])} | {entry['collapsed']} | " + " | ".join(cells) + " | "
-              + " | ".join(evals) + " |")
-    if "dara" not in table:
+        density = " / ".join(f"{mean:.3f} [{top:.3f}]" for mean, top in entry["first_density"].values())
+        rows.append([method, str(len(entry["seeds"])), str(entry["collapsed"]), density, *cells,
+                     *(f"{entry['eval'][n]:.2f}" for n in run["rewards"]),
+                     *(f"{entry['train'][n]:.2f}" for n in run["rewards"])])
+    markdown_table(["method", "seeds", "collapsed", f"density at step {run['start'] + 1}",
+                    *(f"steps: {n}" for n in rewards),
+                    *(f"final eval {n}" for n in run["rewards"]), *(f"final train {n}" for n in run["rewards"])],
+                   rows)
+    if not summary["pairs"]:
         return
-    print("\nDARA faster than the method on the same seed: wins-losses-ties, exact two-sided sign-test p")
-    header = "| method | " + " | ".join(rewards) + " |"
-    print(header)
-    print("|" + " --- |" * (header.count("|") - 1))
-    for method, entry in table.items():
-        if method != "dara":
-            cells = [f"{c['wins']}-{c['losses']}-{c['ties']} (p={c['p']:.3g})"
-                     for c in (entry["paired"][n] for n in rewards)]
-            print(f"| {method} | " + " | ".join(cells) + " |")
+    print("\nPaired by seed, A against B: wins-losses-ties of A being faster, exact two-sided sign-test p\n")
+    markdown_table(["A vs B", *rewards], [
+        [f"{a} vs {b}", *(f"{c['wins']}-{c['losses']}-{c['ties']} (p={c['p']:.3g})"
+                          for c in (cells[n] for n in rewards))]
+        for (a, b), cells in summary["pairs"].items()])
+    print("\nPaired by seed, A's steps / B's steps: median [IQR]; seeds in which A needs at least 25% fewer steps\n")
+    markdown_table(["A vs B", *rewards], [
+        [f"{a} vs {b}", *(f"{c['ratio'][1]:.2f} [{c['ratio'][0]:.2f}-{c['ratio'][2]:.2f}];"
+                          f" {c['quarter_fewer']}/{c['seeds']}" for c in (cells[n] for n in rewards))]
+        for (a, b), cells in summary["pairs"].items()])
 
 
 def plot(data: dict, path: Path) -> Path:
@@ -298,14 +380,16 @@ def plot(data: dict, path: Path) -> Path:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="toy", help="a dara-train preset (toy, toy-asym, toy-shift)")
-    parser.add_argument("--seeds", type=int, default=10, help="seeds for dara and gdpo")
-    parser.add_argument("--other-seeds", type=int, default=3, help="seeds for every other method")
+    parser.add_argument("--preset", default="toy-paper",
+                        help="a dara-train preset (toy-paper, toy-gated-length, toy, toy-shift)")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds for " + ", ".join(FULLY_SEEDED))
+    parser.add_argument("--other-seeds", type=int, default=5, help="seeds for every other method")
     parser.add_argument("--methods", default=",".join(MAIN_METHODS))
     parser.add_argument("--baselines", action="store_true", help="add the other Table-5 baselines: "
                         + ", ".join(TABLE5_BASELINES))
-    parser.add_argument("--static-weights", nargs="+", help="weight vectors for `static`, e.g. 1,2,1 1,4,1 "
-                        "(default: the tuned one for the preset)")
+    parser.add_argument("--static-weights", help="the weights of static-asym and static-sym, e.g. 1,5,1 "
+                        "(default: 5 on the preset's sparse reward)")
+    parser.add_argument("--group-sizes", help="comma-separated group sizes, each at the preset's replies per step")
     parser.add_argument("--steps", type=int, help="override the preset's run length")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                         help="a dara-train override applied to every run")
@@ -314,16 +398,26 @@ def main(argv=None) -> None:
     parser.add_argument("--plot", help="PNG of mean +- std curves per method")
     args = parser.parse_args(argv)
 
+    from trainer.config import load_config
+
     names = [m for m in args.methods.split(",") if m] + (TABLE5_BASELINES if args.baselines else [])
-    static = args.static_weights or DEFAULT_STATIC_WEIGHTS.get(args.preset, ["1,2,1"])
-    specs = method_specs(names, static)
+    static = args.static_weights or DEFAULT_STATIC_WEIGHTS.get(args.preset, "1,5,1")
+    rollout = load_config(args.preset, None, args.settings).rollout
+    groups = [int(g) for g in args.group_sizes.split(",")] if args.group_sizes else []
+    specs = method_specs(names, static, groups, rollout.group_size, rollout.group_size * rollout.prompts_per_step)
     path = Path(args.json or Path(__file__).parent / f"learning-{args.preset}.json")
     data = load_results(path, args.preset, args.steps, args.settings)
+    stale = [r for r in data["runs"] if r["method"] in specs and r["overrides"] != specs[r["method"]]]
+    if stale:
+        print(f"{len(stale)} runs in {path} were made with other overrides for their method; rerunning them",
+              file=sys.stderr)
+        data["runs"] = [r for r in data["runs"] if r not in stale]
     run_all(args, specs, data, path)
-    # The table covers exactly the runs asked for, whatever else the file holds.
-    data["runs"] = [r for r in data["runs"] if r["method"] in specs and r["seed"] < seed_count(args, r["method"])]
-    table = summarize_methods(data)
-    print_tables(data, table)
+    # The tables cover exactly the runs asked for, whatever else the file holds.
+    order = list(specs)
+    asked = [r for r in data["runs"] if r["method"] in specs and r["seed"] < seed_count(args, r["method"])]
+    data["runs"] = sorted(asked, key=lambda r: (order.index(r["method"]), r["seed"]))
+    print_tables(data, summarize_methods(data))
     print(f"\nruns: {path}")
     if args.plot:
         print(f"curves: {plot(data, Path(args.plot))}")

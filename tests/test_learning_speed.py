@@ -1,6 +1,7 @@
-"""CI smoke of the learning-speed experiment: 2 seeds of DARA and GDPO for a
-few steps, then the same command again, which must resume instead of rerun.
-The experiment's numbers are in benchmarks/LEARNING.md, not asserted here."""
+"""CI smoke of the learning-speed experiment: 2 seeds of DARA and Static-Asym
+for a few steps, then the same command again, which must resume instead of
+rerun; and the named methods' overrides, as the trainer reads them. The
+experiment's numbers are in benchmarks/LEARNING.md, not asserted here."""
 import importlib.util
 import json
 import subprocess
@@ -27,20 +28,48 @@ def test_sign_test_is_exact_and_two_sided():
     assert p(5, 5) == 1.0 and p(0, 0) == 1.0
 
 
+def test_named_methods_reach_both_calibrations_and_group_sizes():
+    from trainer.config import load_config
+
+    script = load_script()
+    specs = script.method_specs(script.MAIN_METHODS, "1,5,1", [4, 16], preset_group=4, replies=512)
+    options = {}
+    for label, overrides in specs.items():
+        cfg = load_config("toy-paper", None, overrides)
+        options[label] = (cfg.advantage.method, cfg.advantage.options, cfg.rollout.group_size,
+                          cfg.rollout.prompts_per_step)
+    assert options["dara"] == ("dara", {}, 4, 128)
+    assert options["dara-sym"] == ("dara", {"calibration": "symmetric"}, 4, 128)
+    assert options["static-asym"] == ("static", {"calibration": "positive", "reward_weights": [1, 5, 1]}, 4, 128)
+    assert options["static-sym"] == ("static", {"reward_weights": [1, 5, 1]}, 4, 128)
+    assert options["gdpo@G16"] == ("gdpo", {}, 16, 32)
+    assert options["dara-sym@G16"] == ("dara", {"calibration": "symmetric"}, 16, 32)
+    assert len(specs) == 2 * len(script.MAIN_METHODS)
+    pairs = script.pairs(list(specs))
+    assert ("dara", "gdpo") in pairs and ("dara@G16", "gdpo@G16") in pairs and ("dara", "gdpo@G16") not in pairs
+    assert ("dara-sym", "static-sym") in pairs and ("dara-sym", "static-asym") not in pairs
+    with pytest.raises(SystemExit, match="groups of 3"):
+        script.method_specs(["dara"], "1,5,1", [3], preset_group=4, replies=512)
+
+
 def test_smoke_two_seeds_few_steps_then_resume(tmp_path):
     results, png = tmp_path / "runs.json", tmp_path / "curves.png"
-    command = [sys.executable, str(SCRIPT), "--preset", "toy", "--seeds", "2", "--methods", "dara,gdpo",
-               "--steps", "10", "--jobs", "2", "--json", str(results), "--plot", str(png)]
+    command = [sys.executable, str(SCRIPT), "--preset", "toy", "--seeds", "2", "--other-seeds", "2",
+               "--methods", "dara,static-asym", "--steps", "10", "--jobs", "2", "--json", str(results),
+               "--plot", str(png)]
     # Outside the checkout, so the installed packages are imported (as in tests/trainer_helpers.py).
     first = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     runs = json.loads(results.read_text())["runs"]
-    assert sorted((r["method"], r["seed"]) for r in runs) == [("dara", 0), ("dara", 1), ("gdpo", 0), ("gdpo", 1)]
+    assert sorted((r["method"], r["seed"]) for r in runs) == [("dara", 0), ("dara", 1), ("static-asym", 0),
+                                                              ("static-asym", 1)]
     for run in runs:
         steps = [r["step"] for r in run["records"] if "reward/format/mean" in r]
         assert steps == list(range(1, 11))
         assert {"density/format", "weight/format", "eval/correct"} <= set().union(*run["records"])
-    for row in ("| dara | 2 |", "| gdpo | 2 |", "| gdpo | 0-"):
+        if run["method"] == "static-asym":   # the options reached the op: its fixed weights are logged
+            assert {r["weight/format"] for r in run["records"] if "weight/format" in r} == {5.0}
+    for row in ("| dara | 2 |", "| static-asym | 2 |", "| dara vs static-asym | "):
         assert row in first.stdout, first.stdout
     assert "sign-test p" in first.stdout and png.stat().st_size > 1000
 

@@ -27,18 +27,18 @@ def math_task(tmp_path):
 
 
 def test_math_rewards_and_length_shapes(math_task):
-    sym, asym = math_task("symmetric"), math_task("asymmetric")
-    p = sym.sample(__import__("random").Random(0), 1)[0]
+    ungated, gated = math_task("ungated"), math_task("gated")
+    p = ungated.sample(__import__("random").Random(0), 1)[0]
     names = ["correct", "format", "length"]
     good = resp("<think>2+2</think><answer>4</answer>")  # 36 characters: over the 20 limit
-    assert sym.score(names, [p], [good])[0].tolist() == [1.0, 1.0, 0.0]
+    assert ungated.score(names, [p], [good])[0].tolist() == [1.0, 1.0, 0.0]
     short_wrong = resp("<answer>5</answer>")
-    assert sym.score(names, [p], [short_wrong])[0].tolist() == [0.0, 0.0, 1.0]
-    assert asym.score(names, [p], [short_wrong])[0].tolist() == [0.0, 0.0, 0.0]
+    assert ungated.score(names, [p], [short_wrong])[0].tolist() == [0.0, 0.0, 1.0]
+    assert gated.score(names, [p], [short_wrong])[0].tolist() == [0.0, 0.0, 0.0]
     short_right = resp("<answer>4</answer>")
-    assert asym.score(names, [p], [short_right])[0].tolist() == [1.0, 0.0, 1.0]
-    assert sym.score(names, [p], [resp("the answer is 4")])[0].tolist()[:2] == [0.0, 0.0]
-    assert math.isnan(sym.score(names, [p], [resp("")])[0, 0].item())
+    assert gated.score(names, [p], [short_right])[0].tolist() == [1.0, 0.0, 1.0]
+    assert ungated.score(names, [p], [resp("the answer is 4")])[0].tolist()[:2] == [0.0, 0.0]
+    assert math.isnan(ungated.score(names, [p], [resp("")])[0, 0].item())
 
 
 @pytest.fixture(scope="module")

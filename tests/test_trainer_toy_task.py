@@ -1,5 +1,5 @@
 """The toy testbed's rewards on crafted replies, its held-out split, and its
-two variants (asymmetric length, shifting marker)."""
+variants (length gated on correctness, another marker, a shifting marker)."""
 import random
 
 import pytest
@@ -34,13 +34,25 @@ def test_rewards_on_crafted_replies():
     assert score("") == [0.0, 0.0, 1.0]        # empty: scored, not NaN, and not correct
 
 
-def test_asymmetric_length_credits_only_correct_replies():
-    _, score = scorer(length_shape="asymmetric")
+def test_gated_length_credits_only_correct_replies():
+    _, score = scorer(length_shape="gated")
     assert score("3#") == [1.0, 1.0, 1.0]
     assert score("5#") == [0.0, 1.0, 0.0]
     assert score("") == [0.0, 0.0, 0.0]
-    with pytest.raises(ValueError, match="length_shape"):
-        ToyTask(TaskConfig(name="toy", length_shape="both"))
+    for old_name in ("asymmetric", "symmetric"):
+        with pytest.raises(ValueError, match="length_shape"):
+            ToyTask(TaskConfig(name="toy", length_shape=old_name))
+
+
+def test_marker_option_and_its_shift():
+    task, score = scorer(marker="x#", shift_step=5)
+    assert score("3x#") == [1.0, 1.0, 1.0]
+    assert score("3#")[1] == 0.0 and score("3xx#")[1] == 0.0
+    task.set_step(5)
+    assert score("3x#x#")[1] == 1.0 and score("3x#")[1] == 0.0
+    for bad in ("", "1#", "!"):
+        with pytest.raises(ValueError, match="task.marker"):
+            ToyTask(TaskConfig(name="toy", marker=bad))
 
 
 def test_marker_shifts_at_shift_step():

@@ -28,12 +28,13 @@ class ModelConfig:
 class TaskConfig:
     name: str = "toy"                   # toy | math | toolcall
     rewards: list = field(default_factory=lambda: ["correct", "format", "length"])
-    length_shape: str = "symmetric"     # toy, math: symmetric | asymmetric (only correct replies) length credit
+    length_shape: str = "ungated"       # toy, math: ungated | gated (only correct replies earn length)
     max_length: int = 4                 # length compliance: response tokens <= max_length
     max_operand: int = 9                # toy: operands a, b drawn from 0..max_operand
     data_path: Optional[str] = None     # math: optional JSONL of {"question", "answer"}
     eval_size: int = 64
-    shift_step: int = 0                 # toy: from this step on the format marker is `##` (0: never)
+    marker: str = "#"                   # toy: the format reward's end marker (after a digit)
+    shift_step: int = 0                 # toy: from this step on the marker is doubled (0: never)
     thresholds: dict = field(default_factory=dict)   # reward -> training mean counted as learned (default 0.8)
 
 

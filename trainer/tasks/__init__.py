@@ -25,6 +25,10 @@ class Response:
 
 RewardFn = Callable[[Prompt, Response], float]
 
+# task.length_shape: `ungated` credits every response within the length limit,
+# `gated` only the correct ones (a length limit paired with correctness).
+LENGTH_SHAPES = ("ungated", "gated")
+
 
 class Task:
     rewards: dict[str, RewardFn]

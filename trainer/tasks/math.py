@@ -1,11 +1,12 @@
 """Math reasoning: problems from reasoning-gym (or a JSONL file of
 {"question", "answer"}), correctness checked with math-verify, a format
-reward, and length compliance in two shapes:
+reward, and length compliance in two shapes (`task.length_shape`):
 
-- `symmetric`: every response within task.max_length tokens is credited;
-- `asymmetric`: only correct responses within the limit are credited.
+- `ungated`: every response within task.max_length tokens is credited;
+- `gated`: only correct responses within the limit are credited.
 
-The paper's DARA-Sym / DARA-Asym rows are our reading of these two shapes."""
+The paper's Asym and Sym name DARA's calibration (`advantage.options`
+`calibration`), not these shapes."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ import random
 import re
 from pathlib import Path
 
-from . import Prompt, Response, Task
+from . import LENGTH_SHAPES, Prompt, Response, Task
 
 INSTRUCTION = ("Think step by step inside <think></think>, then give only the final answer "
                "inside <answer></answer>.\n")
@@ -51,15 +52,15 @@ def well_formed(prompt: Prompt, response: Response) -> float:
 
 class MathTask(Task):
     def __init__(self, cfg):
-        if cfg.length_shape not in ("symmetric", "asymmetric"):
-            raise ValueError(f"task.length_shape={cfg.length_shape!r} is not symmetric or asymmetric")
+        if cfg.length_shape not in LENGTH_SHAPES:
+            raise ValueError(f"task.length_shape={cfg.length_shape!r} is not one of {', '.join(LENGTH_SHAPES)}")
         self.cfg = cfg
         self.rewards = {"correct": correct, "format": well_formed, "length": self.length}
         self._pool = self._load(cfg)
 
     def length(self, prompt: Prompt, response: Response) -> float:
         within = response.finished and response.num_tokens <= self.cfg.max_length
-        if self.cfg.length_shape == "asymmetric":
+        if self.cfg.length_shape == "gated":
             score = correct(prompt, response)
             if math.isnan(score):
                 return math.nan

@@ -5,17 +5,18 @@ Every reward is learnable, and each plays one role of the paper's setting:
 - `correct` (1 when the reply starts with a, 0 otherwise, empty replies
   included): answers are uniform over 0..9, so no constant reply beats chance
   (0.1); a recall from the prompt, learnable alongside the other rewards.
-- `format` (the reply ends with a digit then the marker, `#`): the sparse
-  reward, about 1% of a random model's replies, and indifferent to which digit
-  comes first, so reinforcing it does not pull the answer towards one digit.
+- `format` (the reply ends with a digit then the marker, `task.marker`, `#`
+  by default): the sparse reward, about 1% of a random model's replies with
+  `#`, and indifferent to which digit comes first, so reinforcing it does not
+  pull the answer towards one digit. A longer marker makes it sparser.
 - `length` (EOS within `task.max_length` tokens): the dense, easy reward. With
-  `task.length_shape=asymmetric` only correct replies are credited (the
-  paper's asymmetric length reward), which makes it sparse.
+  `task.length_shape=gated` only correct replies are credited, which makes it
+  sparse and learnable only together with `correct`.
 
-With `task.shift_step=S` the marker becomes `##` at step S: the learned format
-reward turns sparse again (the policy now has to discover a second `#` where
-it learned to stop) while the others stay learned, so the rewards' densities
-shift during training.
+With `task.shift_step=S` the marker is doubled (`#` becomes `##`) at step S:
+the learned format reward turns sparse again (the policy now has to discover a
+second `#` where it learned to stop) while the others stay learned, so the
+rewards' densities shift during training.
 
 Training draws from 80 of the 100 operand pairs; evaluation uses the other 20
 (every first digit twice), so it measures the recall on unseen prompts."""
@@ -23,9 +24,8 @@ from __future__ import annotations
 
 import random
 
-from . import Prompt, Response, Task
-
-MARKERS = ("#", "##")
+from ..model import TOY_CHARACTERS
+from . import LENGTH_SHAPES, Prompt, Response, Task
 
 
 def split_pairs(n: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -44,9 +44,13 @@ def correct(prompt: Prompt, response: Response) -> float:
 class ToyTask(Task):
     def __init__(self, cfg):
         self.max_length = cfg.max_length
-        self.asymmetric = cfg.length_shape == "asymmetric"
-        if cfg.length_shape not in ("symmetric", "asymmetric"):
-            raise ValueError(f"task.length_shape={cfg.length_shape!r} is not symmetric or asymmetric")
+        if cfg.length_shape not in LENGTH_SHAPES:
+            raise ValueError(f"task.length_shape={cfg.length_shape!r} is not one of {', '.join(LENGTH_SHAPES)}")
+        self.gated = cfg.length_shape == "gated"
+        if not cfg.marker or set(cfg.marker) - set(TOY_CHARACTERS) or any(c.isdigit() for c in cfg.marker):
+            raise ValueError(f"task.marker={cfg.marker!r} must be non-empty, without digits, made of the tiny "
+                             f"model's characters {''.join(TOY_CHARACTERS)!r}")
+        self.markers = (cfg.marker, cfg.marker * 2)
         self.shift_step = cfg.shift_step
         self.step = 0
         self.train_pairs, self.eval_pairs = split_pairs(cfg.max_operand + 1)
@@ -57,7 +61,7 @@ class ToyTask(Task):
 
     @property
     def marker(self) -> str:
-        return MARKERS[1] if self.shift_step and self.step >= self.shift_step else MARKERS[0]
+        return self.markers[1] if self.shift_step and self.step >= self.shift_step else self.markers[0]
 
     def format(self, prompt: Prompt, response: Response) -> float:
         text, marker = response.text, self.marker
@@ -66,7 +70,7 @@ class ToyTask(Task):
 
     def length(self, prompt: Prompt, response: Response) -> float:
         short = response.finished and response.num_tokens <= self.max_length
-        if self.asymmetric:
+        if self.gated:
             short = short and correct(prompt, response) == 1.0
         return 1.0 if short else 0.0
 

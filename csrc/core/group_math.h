@@ -45,18 +45,6 @@ DARA_HD bool read_reward(Real r, const Options& o, Real* x) {
   return present || o.nan_to_zero;
 }
 
-// read_reward, or nothing to select in a complete group (every entry
-// present and every row kept): a caller that knows the group is complete
-// says so at compile time.
-template <bool Complete, typename Real>
-DARA_HD bool read_entry(Real r, const Options& o, Real* x) {
-  if constexpr (Complete) {
-    *x = r;
-    return true;
-  }
-  return read_reward(r, o, x);
-}
-
 // The reward, NaN when it does not count.
 template <typename Real>
 DARA_HD Real clean_reward(Real r, const Options& o) {
@@ -79,12 +67,12 @@ DARA_HD void add_row_sums(const Real* r, int K, const Options& o, double* count,
 
 // Second pass: one row's squared deviations from the group mean, in double:
 // a mean far from zero relative to the spread then costs no precision.
-template <int KT, bool Complete = false, typename Real>
+template <int KT, typename Real>
 DARA_HD void add_row_deviations(const Real* r, int K, const Options& o, const double* mean, double* dev) {
   if constexpr (KT > 0) K = KT;
   for (int k = 0; k < K; ++k) {
     Real x;
-    const bool valid = read_entry<Complete>(r[k], o, &x);
+    const bool valid = read_reward(r[k], o, &x);
     const double d = static_cast<double>(x) - mean[k];
     dev[k] += valid ? d * d : 0.0;
   }

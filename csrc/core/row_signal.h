@@ -53,14 +53,14 @@ DARA_HD Real positive_part(Real a) {
 
 // GRPO's summed reward sum_k b_k r_k over the row's valid entries, in double
 // (weights of both signs can cancel it); *scorable says whether any entry is valid.
-template <int KT, bool Complete = false, typename Real>
+template <int KT, typename Real>
 DARA_HD double row_reward_sum(const Real* r, int K, const Options& o, const double* base, bool* scorable) {
   if constexpr (KT > 0) K = KT;
   double rsum = 0.0;
   bool any = false;
   for (int k = 0; k < K; ++k) {
     Real x;
-    any |= read_entry<Complete>(r[k], o, &x);
+    any |= read_reward(r[k], o, &x);
     rsum += base[k] * static_cast<double>(x);  // x is 0 for an entry that does not count
   }
   *scorable = any;
@@ -70,9 +70,8 @@ DARA_HD double row_reward_sum(const Real* r, int K, const Options& o, const doub
 // r: the row's K raw rewards (NaN = missing). column_a gets the C combined
 // columns (AccumulatorLayout): GRPO's normalised summed reward; DVAO's
 // w_gk A_jk; under positive calibration sum_k A_jk, then each [A_jk]_+;
-// else each A_jk. Complete: the row is known to be in a complete group
-// (read_entry), so it is scorable and kept.
-template <int KT, bool Complete = false, Columns M = Columns::kRuntime, typename Real>
+// else each A_jk.
+template <int KT, Columns M = Columns::kRuntime, typename Real>
 DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const double* base, const GroupRefOf<Real>& group,
                              Real* reward_a, Real* column_a) {
   if constexpr (KT > 0) K = KT;
@@ -80,7 +79,7 @@ DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const doubl
   bool scorable = false, positive = false, negative = false;
   for (int k = 0; k < K; ++k) {
     Real x;
-    const bool valid = read_entry<Complete>(r[k], o, &x);
+    const bool valid = read_reward(r[k], o, &x);
     const Real a = valid ? centred(x, group.mean[k]) * group.scale[k] : Real(0);
     reward_a[k] = a;
     scorable |= valid;
@@ -89,7 +88,7 @@ DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const doubl
   }
   if (mode == Columns::kSummed) {
     bool any;
-    const double rsum = row_reward_sum<KT, Complete>(r, K, o, base, &any);
+    const double rsum = row_reward_sum<KT>(r, K, o, base, &any);
     column_a[0] = scorable ? static_cast<Real>(rsum - group.sum_mean) * group.sum_scale : Real(0);
   } else if (mode == Columns::kGroupWeighted) {
     for (int k = 0; k < K; ++k) column_a[k] = group.weight[k] * reward_a[k];
@@ -103,7 +102,6 @@ DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const doubl
   } else {
     for (int k = 0; k < K; ++k) column_a[k] = reward_a[k];
   }
-  if constexpr (Complete) return {true, true};
   return {scorable, !(o.drops_conflicts() && positive && negative)};
 }
 

@@ -16,54 +16,31 @@ namespace {
 
 constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 
-// Rows are added in blocks of kLanes, each row to its own lane of the sums
-// (row i of a group to lane i % kLanes), and a chunk's lanes are added in
-// one fixed order at its end: the sums then run in SIMD lanes (a single
-// running sum per value could not), which halves the row pass's time.
-constexpr int kLanes = 4;
-
+// A chunk's batch sums over its rows (the cross products as upper triangles).
 template <int KT, int CT>
-struct LaneSums {
+struct ChunkSums {
   static constexpr int N = max_rewards<KT>(), NC = CT > 0 ? CT : kMaxCpuRewards + 1;
   const int K, C;
   const bool token;
-  double energy[N][kLanes];
-  double signal[NC][kLanes], cross[NC][NC][kLanes];  // upper triangles
-  double token_signal[NC][kLanes], token_cross[NC][NC][kLanes];
-  double rows[kLanes], token_total[kLanes];
+  double energy[N] = {};
+  double signal[NC] = {}, cross[NC][NC] = {};
+  double token_signal[NC] = {}, token_cross[NC][NC] = {};
+  double rows = 0.0, token_total = 0.0;
 
-  LaneSums(int num_rewards, int columns, bool token_weights) : K(num_rewards), C(columns), token(token_weights) {
-    zero(energy, K);
-    zero(signal, C);
-    zero(token_signal, C);
-    for (int c = 0; c < C; ++c) {
-      zero(cross[c], C);
-      zero(token_cross[c], C);
-    }
-    zero(&rows, 1);
-    zero(&token_total, 1);
-  }
-
-  static void zero(double (*v)[kLanes], int n) {
-    for (int i = 0; i < n; ++i) {
-      for (int l = 0; l < kLanes; ++l) v[i][l] = 0.0;
-    }
-  }
-
-  static double lanes(const double (&v)[kLanes]) { return (v[0] + v[1]) + (v[2] + v[3]); }
+  ChunkSums(int num_rewards, int columns, bool token_weights) : K(num_rewards), C(columns), token(token_weights) {}
 
   void add_to(const AccumulatorLayout& L, double* acc) const {
-    for (int k = 0; k < K; ++k) acc[L.energy(k)] += lanes(energy[k]);
-    acc[L.rows()] += lanes(rows);
+    for (int k = 0; k < K; ++k) acc[L.energy(k)] += energy[k];
+    acc[L.rows()] += rows;
     for (int c = 0; c < C; ++c) {
-      acc[L.signal(c)] += lanes(signal[c]);
-      for (int d = c; d < C; ++d) acc[L.cross(c, d)] += lanes(cross[c][d]);
+      acc[L.signal(c)] += signal[c];
+      for (int d = c; d < C; ++d) acc[L.cross(c, d)] += cross[c][d];
     }
     if (!token) return;
-    acc[L.token_total()] += lanes(token_total);
+    acc[L.token_total()] += token_total;
     for (int c = 0; c < C; ++c) {
-      acc[L.token_signal(c)] += lanes(token_signal[c]);
-      for (int d = c; d < C; ++d) acc[L.token_cross(c, d)] += lanes(token_cross[c][d]);
+      acc[L.token_signal(c)] += token_signal[c];
+      for (int d = c; d < C; ++d) acc[L.token_cross(c, d)] += token_cross[c][d];
     }
   }
 };
@@ -85,20 +62,8 @@ class Group {
   // docs/spec.md#group-statistics into the table; the group's counts, raw
   // sums and bad entries into acc / extrema.
   void statistics(GroupTable& table, double* acc, double* extrema) const {
-    double count[N], sum[N] = {}, mean[N], row[N];
-    // Plain sums first: they are all finite exactly when no entry is NaN or
-    // +-Inf (or their sum overflows), and then every entry counts.
-    for (int64_t i = 0; i < n_; ++i) {
-      load(i, row);
-      for (int k = 0; k < K(); ++k) sum[k] += row[k];
-    }
-    bool finite = true;
-    for (int k = 0; k < K(); ++k) finite &= sum[k] - sum[k] == 0.0;
-    for (int k = 0; k < K(); ++k) count[k] = static_cast<double>(n_);
-    if (!finite) {
-      for (int k = 0; k < K(); ++k) count[k] = sum[k] = 0.0;
-      for (int64_t i = 0; i < n_; ++i) add_row_sums<KT>(load(i, row), K(), o_, count, sum);
-    }
+    double count[N] = {}, sum[N] = {}, mean[N], row[N], dev[N] = {};
+    for (int64_t i = 0; i < n_; ++i) add_row_sums<KT>(load(i, row), K(), o_, count, sum);
     double entries = 0.0;
     for (int k = 0; k < K(); ++k) {
       mean[k] = count[k] > 0.0 ? sum[k] / count[k] : 0.0;
@@ -107,15 +72,7 @@ class Group {
       if (!(sum[k] - sum[k] == 0.0)) acc[L_.infinite_rewards()] += infinite_entries(k);
     }
     const double missing = static_cast<double>(n_ * K()) - entries;
-    // read_entry: every entry present (none NaN, even under nan_policy "zero") and every row kept.
-    const bool complete = finite && !o_.drops_conflicts();
-    table.complete[g_] = complete;
-    double dev[N] = {};
-    if (complete) {
-      deviations<true>(mean, dev);
-    } else {
-      deviations<false>(mean, dev);
-    }
+    for (int64_t i = 0; i < n_; ++i) add_row_deviations<KT>(load(i, row), K(), o_, mean, dev);
     if (o_.raw_extremes()) add_raw_extremes(acc, extrema);
     double spread[N];  // b_k sigma_gk: DVAO's unnormalised group weight
     double spread_total = 0.0;
@@ -141,10 +98,11 @@ class Group {
     acc[L_.groups()] += 1.0;
   }
 
-  // Every row's A_jk and combined columns into the chunk's lane sums (R
-  // only for the columns); the group's kappa.
-  template <Columns M, bool Complete, int CT>
-  void add_rows(GroupTable& table, LaneSums<KT, CT>& t) const {
+  // Every row's A_jk and combined columns into the chunk's sums (R only
+  // for the columns); the group's kappa.
+  template <Columns M, int CT>
+  void add_rows(GroupTable& table, ChunkSums<KT, CT>& t) const {
+    constexpr int NC = CT > 0 ? CT : kMaxCpuRewards + 1;
     // The group's statistics in locals: the row loop's stores then cannot alias them.
     const GroupRefOf<double> stored = table.ref(g_);
     double mean[N], scale[N], weight[N];
@@ -154,69 +112,36 @@ class Group {
       weight[k] = stored.weight ? stored.weight[k] : 0.0;
     }
     const GroupRefOf<double> group{mean, scale, stored.weight ? weight : nullptr, stored.sum_mean, stored.sum_scale};
+    const int C = t.C;
     double kept = 0.0;
-    int64_t i0 = 0;
-    for (; i0 + kLanes <= n_; i0 += kLanes) kept += add_block<M, Complete, true>(group, i0, t);
-    if (i0 < n_) kept += add_block<M, Complete, false>(group, i0, t);
+    for (int64_t i = 0; i < n_; ++i) {
+      double row[N], a[N], y[NC];
+      const RowSignal rs = row_signal<KT, M>(load(i, row), K(), o_, a_.base, group, a, y);
+      const bool in = rs.keep && rs.scorable;
+      kept += rs.keep ? 1.0 : 0.0;
+      for (int k = 0; k < K(); ++k) t.energy[k] += a[k] * a[k];
+      if (!in) continue;
+      t.rows += 1.0;
+      for (int c = 0; c < C; ++c) {
+        t.signal[c] += y[c];
+        for (int d = c; d < C; ++d) t.cross[c][d] += y[c] * y[d];
+      }
+      if (!t.token) continue;
+      const double w = a_.token_weights[a_.layout->row(begin_ + i)];
+      t.token_total += w;
+      for (int c = 0; c < C; ++c) {
+        t.token_signal[c] += w * y[c];
+        for (int d = c; d < C; ++d) t.token_cross[c][d] += w * y[c] * y[d];
+      }
+    }
     table.kappa[g_] = kept / static_cast<double>(n_);
   }
 
  private:
-  // Rows i0 .. i0 + kLanes - 1, row i0 + l in lane l; a lane past the
-  // group's end (Full: there is none) adds zeros. Returns the kept rows.
-  template <Columns M, bool Complete, bool Full, int CT>
-  double add_block(const GroupRefOf<double>& group, int64_t i0, LaneSums<KT, CT>& t) const {
-    constexpr int NC = CT > 0 ? CT : kMaxCpuRewards + 1;
-    const int C = t.C;
-    double a[N][kLanes], y[NC][kLanes], in_r[kLanes], kept[kLanes];
-    for (int l = 0; l < kLanes; ++l) {
-      double row[N], reward_a[N], column_a[NC];
-      const bool here = Full || i0 + l < n_;
-      const RowSignal rs =
-          here ? row_signal<KT, Complete, M>(load(i0 + l, row), K(), o_, a_.base, group, reward_a, column_a)
-               : RowSignal{false, false};
-      const bool in = Complete ? here : rs.keep && rs.scorable;
-      in_r[l] = in ? 1.0 : 0.0;
-      kept[l] = (Complete ? here : rs.keep) ? 1.0 : 0.0;
-      for (int k = 0; k < K(); ++k) a[k][l] = here ? reward_a[k] : 0.0;
-      for (int c = 0; c < C; ++c) y[c][l] = in ? column_a[c] : 0.0;
-    }
-    for (int k = 0; k < K(); ++k) {
-      for (int l = 0; l < kLanes; ++l) t.energy[k][l] += a[k][l] * a[k][l];
-    }
-    for (int l = 0; l < kLanes; ++l) t.rows[l] += in_r[l];
-    for (int c = 0; c < C; ++c) {
-      for (int l = 0; l < kLanes; ++l) t.signal[c][l] += y[c][l];
-      for (int d = c; d < C; ++d) {
-        for (int l = 0; l < kLanes; ++l) t.cross[c][d][l] += y[c][l] * y[d][l];
-      }
-    }
-    const double block_kept = (kept[0] + kept[1]) + (kept[2] + kept[3]);
-    if (!t.token) return block_kept;
-    double w[kLanes];
-    for (int l = 0; l < kLanes; ++l) {
-      w[l] = in_r[l] != 0.0 ? a_.token_weights[a_.layout->row(begin_ + i0 + l)] : 0.0;
-      t.token_total[l] += w[l];
-    }
-    for (int c = 0; c < C; ++c) {
-      for (int l = 0; l < kLanes; ++l) t.token_signal[c][l] += w[l] * y[c][l];
-      for (int d = c; d < C; ++d) {
-        for (int l = 0; l < kLanes; ++l) t.token_cross[c][d][l] += w[l] * y[c][l] * y[d][l];
-      }
-    }
-    return block_kept;
-  }
-
   // A compile-time constant for a fixed KT, so the loops over rewards unroll.
   int K() const { return KT > 0 ? KT : L_.K; }
 
   const double* load(int64_t i, double* row) const { return load_row<KT>(rewards_, begin_ + i, K(), row); }
-
-  template <bool Complete>
-  void deviations(const double* mean, double* dev) const {
-    double row[N];
-    for (int64_t i = 0; i < n_; ++i) add_row_deviations<KT, Complete>(load(i, row), K(), o_, mean, dev);
-  }
 
   // GRPO: the statistics of the summed column sum_k b_k r_jk.
   void summed_statistics(GroupTable& table) const {
@@ -282,15 +207,11 @@ void accumulate(const AccumulateArgs& a, const AccumulatorLayout& L, GroupTable&
     constexpr int CT = column_count<KT, M>();
     for_each_chunk(groups, kGroupsPerChunk, rows * L.K * 8, [&](int64_t c, int64_t g0, int64_t g1) {
       double* chunk_acc = partial.data() + c * S;
-      LaneSums<KT, CT> sums(L.K, L.C, a.token_weights != nullptr);
+      ChunkSums<KT, CT> sums(L.K, L.C, a.token_weights != nullptr);
       for (int64_t g = g0; g < g1; ++g) {
         const Group<KT, scalar_t> group(a, L, rewards, g);
         group.statistics(table, chunk_acc, partial_extrema.data() + c * E);
-        if (table.complete[g]) {
-          group.template add_rows<M, true>(table, sums);
-        } else {
-          group.template add_rows<M, false>(table, sums);
-        }
+        group.template add_rows<M>(table, sums);
       }
       sums.add_to(L, chunk_acc);
     });

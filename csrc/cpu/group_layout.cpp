@@ -1,7 +1,5 @@
 #include "group_layout.h"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <utility>
 
@@ -55,50 +53,25 @@ GroupLayout GroupLayout::contiguous(int64_t num_rows, int64_t group_size) {
   return layout;
 }
 
-// Rows ahead whose destination the placement prefetches: each row's store
-// misses the cache, and the misses then overlap (-25% on 2^20 shuffled rows).
-constexpr int64_t kPlaceAhead = 16;
-
-// Rows a slice of the sort takes at least; a sort is split across the
-// caller's threads only above that (a slice's start-up costs tens of us).
-constexpr int64_t kRowsPerSlice = 1 << 16;
-
+// A stable counting sort of the rows by key: count each key, turn the
+// counts into each group's first position, place the rows in input order.
 GroupLayout GroupLayout::from_ids(const int64_t* ids, int64_t n) {
   GroupLayout layout;
   layout.offsets_.assign(1, 0);
   if (n == 0) return layout;
   const Keys key(ids, n);
-  // A stable counting sort in slices of the rows: each slice counts its
-  // keys, one pass over (key, slice) turns the counts into first positions,
-  // and each slice places its rows. A stable sort's result does not depend
-  // on the slicing, so it is the same for any thread count.
-  const int slices = static_cast<int>(std::clamp<int64_t>(n / kRowsPerSlice, 1, at::get_num_threads()));
-  const int64_t per_slice = (n + slices - 1) / slices;
-  std::vector<int64_t> next(slices * key.count, 0);
-  auto for_each_slice = [&](const auto& body) {
-    at::parallel_for(0, slices, 1, [&](int64_t s0, int64_t s1) {
-      for (int64_t s = s0; s < s1; ++s)
-        body(next.data() + s * key.count, s * per_slice, std::min(n, (s + 1) * per_slice));
-    });
-  };
-  for_each_slice([&](int64_t* count, int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) ++count[key[j]];
-  });
+  std::vector<int64_t> next(key.count, 0);
+  for (int64_t j = 0; j < n; ++j) ++next[key[j]];
   layout.offsets_.reserve(std::min(key.count, n) + 1);
   int64_t position = 0;
   for (int64_t v = 0; v < key.count; ++v) {
-    const int64_t first = position;
-    for (int s = 0; s < slices; ++s) position += std::exchange(next[s * key.count + v], position);
-    if (position > first) layout.offsets_.push_back(position);
+    const int64_t count = std::exchange(next[v], position);
+    position += count;
+    if (count > 0) layout.offsets_.push_back(position);
   }
   layout.rows_.reset(new int64_t[n]);  // every entry is written below: no zero fill
   int64_t* rows = layout.rows_.get();
-  for_each_slice([&](int64_t* place, int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      if (j + kPlaceAhead < j1) __builtin_prefetch(&rows[place[key[j + kPlaceAhead]]], 1);
-      rows[place[key[j]]++] = j;
-    }
-  });
+  for (int64_t j = 0; j < n; ++j) rows[next[key[j]]++] = j;
   layout.num_groups_ = static_cast<int64_t>(layout.offsets_.size()) - 1;
   return layout;
 }

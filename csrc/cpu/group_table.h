@@ -1,7 +1,6 @@
 // What accumulate leaves for apply, per group (docs/spec.md#group-statistics):
 // each reward's mean and scale, DVAO's group weights w_gk, GRPO's
-// summed-column mean and scale, the GD2PO query scale kappa_g, and whether
-// the group is complete (every entry present, every row kept: read_entry).
+// summed-column mean and scale, and the GD2PO query scale kappa_g.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -17,7 +16,6 @@ struct GroupTable {
   std::vector<double> weight;               // [B, K] DVAO, else empty
   std::vector<double> sum_mean, sum_scale;  // [B] GRPO, else empty
   std::vector<double> kappa;                // [B]
-  std::vector<uint8_t> complete;            // [B]
 
   GroupTable(int64_t groups, int num_rewards, const Options& o)
       : K(num_rewards),
@@ -26,8 +24,7 @@ struct GroupTable {
         weight(o.group_weighted() ? groups * num_rewards : 0),
         sum_mean(o.combined_column() ? groups : 0),
         sum_scale(o.combined_column() ? groups : 0),
-        kappa(groups),
-        complete(groups) {}
+        kappa(groups) {}
 
   GroupRefOf<double> ref(int64_t g) const {
     return {mean.data() + g * K, scale.data() + g * K, weight.empty() ? nullptr : weight.data() + g * K,

@@ -1,7 +1,8 @@
 // The token output's buffer. The output is tens of MiB, and a fresh
 // allocation that size is mapped from the OS on every call and zeroed page
 // by page on its first write, which costs far more than writing it (18 ms
-// against 1 ms for 32 MiB on the 2-core CI machine). So the last freed
+// against 1 ms for 32 MiB on the 2-core CI machine; keeping a buffer makes
+// verl's token path with a bool mask 2.15x faster). So the last freed
 // output buffer is kept for the next call, which reuses it when its
 // capacity is at most twice the request (RL response lengths change every
 // step): one buffer, at most set_token_cache_bytes bytes (default 256 MiB;

@@ -133,7 +133,11 @@ def main(argv=None) -> None:
     if unknown:
         parser.error(f"unknown cases {sorted(unknown)}; known: {', '.join(CASES)}")
     builds = [parse_checkout(spec) for spec in args.checkouts]
-    names = [f"{commit_of(path)}{'' if cache < 0 else f'@cache={cache}'}" for path, cache in builds]
+    # The directory too: worktrees of one commit with different patches have the same commit.
+    names = [f"{path.resolve().name}@{commit_of(path)}{'' if cache < 0 else f'+cache={cache}'}"
+             for path, cache in builds]
+    if len(set(names)) < len(names):
+        parser.error(f"two checkouts have the same name: {names}")
     runs = {name: [] for name in names}
     for r in range(args.rounds):
         for name, (checkout, cache) in zip(names, builds):

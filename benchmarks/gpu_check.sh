@@ -14,7 +14,7 @@
 # 4. runs the microbenchmark sweep for cuda and triton with the time left,
 # then prints the summary table. Everything lands in ${OUT:-gpu-out}/.
 # Each step has a timeout and the whole run fits GPU_CHECK_SECONDS (default
-# the build's cap plus 250 s: 500 s), so it ends within 9 minutes on an H100/H200.
+# the build's cap plus 420 s for the steps after it: 470 s), so it ends within 8 minutes on an H100/H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
@@ -26,19 +26,19 @@ export TRITON_INTERPRET=0 DARA_TRITON_INTERPRET=0
 # The build's cap: twice its expected time on the GPU machine's 16 cores. It compiles 8 objects; with a core
 # each, it takes as long as its slowest object plus the link and setup.py's start:
 #   BUILD_EXPECTED = max(slowest object, all objects / 16) + start and link;  cap = 2 x that, rounded up to 10 s.
-# Measured on the 2-core CI machine (commit 4a301f4, torch 2.11.0+cu130, TORCH_CUDA_ARCH_LIST=9.0 as for an
-# H200, CPU seconds of each compile under /usr/bin/time, so other jobs on the machine do not count): slowest
-# csrc/cpu/accumulate_cpu.cpp 119 s, then csrc/cpu/apply_cpu.cpp 96 s, all 8 objects 266 s; link 0.5 s, start
-# (torch import) 1.3 s, taken as 5 s. BUILD_EXPECTED = max(119, 266 / 16) + 5 = 124 s; cap 250 s.
+# Measured on the 2-core CI machine (commit 18821d3, torch 2.11.0+cu130, TORCH_CUDA_ARCH_LIST=9.0 as for an
+# H200, MAX_JOBS=1 as below: 61 s wall): slowest csrc/cpu/advantage_cpu.cpp 16.4 s, then
+# csrc/cuda/advantage_cuda_binding.cpp 15.0 s, all 8 objects 59.0 s; start (torch import) and link taken as
+# 5 s. BUILD_EXPECTED = max(16.4, 59.0 / 16) + 5 = 22 s; cap 50 s.
 # Re-derive after a change to csrc/: on that machine, with nothing else running (MAX_JOBS=1: one object at
 # a time, so each object's wall time is its one-core time),
 #   rm -rf build && CUDA_HOME=/usr/local/cuda DARA_BUILD_CUDA=1 TORCH_CUDA_ARCH_LIST=9.0 MAX_JOBS=1 \
 #     python setup.py build_ext --inplace
 #   awk 'NR > 1 {t = ($2 - $1) / 1000; all += t; if (t > max) max = t} END {print max, all}' build/temp.*/.ninja_log
-BUILD_EXPECTED=124
+BUILD_EXPECTED=22
 BUILD_CAP=$(( (2 * BUILD_EXPECTED + 9) / 10 * 10 ))
 start=$(date +%s)
-deadline=$(( start + ${GPU_CHECK_SECONDS:-$(( BUILD_CAP + 250 ))} ))
+deadline=$(( start + ${GPU_CHECK_SECONDS:-$(( BUILD_CAP + 420 ))} ))
 declare -A rc seconds
 
 log() { echo "== [$(( $(date +%s) - start ))s] $*"; }

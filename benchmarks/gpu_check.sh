@@ -26,7 +26,7 @@ export TRITON_INTERPRET=0 DARA_TRITON_INTERPRET=0
 # The build's cap: twice its expected time on the GPU machine's 16 cores. It compiles 8 objects; with a core
 # each, it takes as long as its slowest object plus the link and setup.py's start:
 #   BUILD_EXPECTED = max(slowest object, all objects / 16) + start and link;  cap = 2 x that, rounded up to 10 s.
-# Measured on the 2-core CI machine (commit 18821d3, torch 2.11.0+cu130, TORCH_CUDA_ARCH_LIST=9.0 as for an
+# Measured on the 2-core CI machine (the kernel of cc6b723, torch 2.11.0+cu130, TORCH_CUDA_ARCH_LIST=9.0 as for an
 # H200, MAX_JOBS=1 as below: 61 s wall): slowest csrc/cpu/advantage_cpu.cpp 16.4 s, then
 # csrc/cuda/advantage_cuda_binding.cpp 15.0 s, all 8 objects 59.0 s; start (torch import) and link taken as
 # 5 s. BUILD_EXPECTED = max(16.4, 59.0 / 16) + 5 = 22 s; cap 50 s.

@@ -19,7 +19,7 @@ constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 // A chunk's batch sums over its rows (the cross products as upper triangles).
 template <int KT, int CT>
 struct ChunkSums {
-  static constexpr int N = max_rewards<KT>(), NC = CT > 0 ? CT : kMaxCpuRewards + 1;
+  static constexpr int N = max_rewards<KT>(), NC = max_columns<CT>();
   const int K, C;
   const bool token;
   double energy[N] = {};
@@ -102,7 +102,7 @@ class Group {
   // for the columns); the group's kappa.
   template <Columns M, int CT>
   void add_rows(GroupTable& table, ChunkSums<KT, CT>& t) const {
-    constexpr int NC = CT > 0 ? CT : kMaxCpuRewards + 1;
+    constexpr int NC = max_columns<CT>();
     // The group's statistics in locals: the row loop's stores then cannot alias them.
     const GroupRefOf<double> stored = table.ref(g_);
     double mean[N], scale[N], weight[N];

@@ -15,7 +15,7 @@ void apply_group(const AccumulateArgs& a, const AccumulatorLayout& L, const Grou
   const GroupLayout& layout = *a.layout;
   const Options& o = *a.options;
   const int K = KT > 0 ? KT : L.K;
-  double row[max_rewards<KT>()], reward_a[max_rewards<KT>()], column_a[CT > 0 ? CT : kMaxCpuRewards + 1];
+  double row[max_rewards<KT>()], reward_a[max_rewards<KT>()], column_a[max_columns<CT>()];
   const GroupRefOf<double> group = table.ref(g);
   const double kappa = table.kappa[g];
   const double factor = (o.apply_query_scale ? kappa : 1.0) * args.scale;

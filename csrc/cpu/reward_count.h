@@ -3,12 +3,10 @@
 // unroll and a group's sums stay in registers, 2.15x faster than the generic
 // copy on dara at N = 2^20, K = 4, G = 16 (benchmarks/compare_builds.py,
 // docs/architecture.md). Other K up to kMaxCpuRewards take the generic copy
-// (KT = CT = 0). Rows are read in their own type,
+// (KT = CT = 0; the binding checks K). Rows are read in their own type,
 // float or double (narrower rewards are widened to float once, by the
 // binding), and converted to double in registers.
 #pragma once
-#include <c10/util/Exception.h>
-
 #include <type_traits>
 
 #include "../core/row_signal.h"
@@ -37,11 +35,15 @@ constexpr int column_count() {
   return M == Columns::kSummed ? 1 : KT == 0 ? 0 : M == Columns::kPositiveParts ? KT + 1 : KT;
 }
 
+// The length of a row's combined-column array for a column count CT (0: any).
+template <int CT>
+constexpr int max_columns() {
+  return CT > 0 ? CT : kMaxCpuRewards + 1;
+}
+
 // f(KT, M) for the options' combined columns.
 template <typename F>
 void dispatch_counts(int K, const Options& o, const F& f) {
-  TORCH_CHECK(K >= 1 && K <= kMaxCpuRewards, "dara: the CPU backend supports 1 to ", kMaxCpuRewards,
-              " reward columns, got ", K);
   auto with_k = [&](auto kt) {
     switch (columns_of(o)) {
       case Columns::kSummed:

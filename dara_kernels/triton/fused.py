@@ -64,10 +64,11 @@ def block_k(lanes: int) -> int:
 
 # Accumulate's warps per program follow its tile: its loop-carried batch
 # sums are replicated per thread, so small tiles take few warps; blocks of 16
-# and 32 lanes (K > 8, or K = 8 under positive calibration) take 8 warps to
-# spread their [lanes, lanes] sums within the register cap.
+# lanes (K > 8, or K = 8 under positive calibration) take 8 warps and blocks
+# of 32 take 16 to spread their [lanes, lanes] double sums within the
+# register cap (at 8 warps the float64-reward variant spilled 32 bytes).
 def accumulate_warps(lanes: int) -> int:
-    return {2: 1, 4: 2, 8: 2}.get(block_k(lanes), 8)
+    return {2: 1, 4: 2, 8: 2, 16: 8}.get(block_k(lanes), 16)
 
 
 def block_r(lanes: int) -> int:

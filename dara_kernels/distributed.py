@@ -22,23 +22,21 @@ from .backends import BackendUnavailable
 from .options import AdvantageOptions
 from .output import AdvantageOutput
 from .validation import PreparedInputs
-from .wire import ACCUMULATOR_SEGMENTS, combined_columns, segment_offsets
+from .wire import ACCUMULATOR_SEGMENTS, segment_offsets
+
+# The bad-input counts come before every K- or C-sized segment: their offsets
+# are the same for every reward and column count.
+_COUNT_SLOTS = {name: segment_offsets(ACCUMULATOR_SEGMENTS, 1, 1)[name]
+                for name in ("infinite_rewards", "missing_rewards", "negative_lengths")}
 
 
 def needs_extrema(opts: AdvantageOptions, has_bounds: bool) -> bool:
     return opts.method in ("saw", "sa_mrpo") and not has_bounds
 
 
-def _count_slots(inputs: PreparedInputs, opts: AdvantageOptions) -> dict[str, int]:
-    k = inputs.num_rewards
-    offsets = segment_offsets(ACCUMULATOR_SEGMENTS, k, combined_columns(opts.method, k, opts.calibration == "positive"))
-    return {name: offsets[name] for name in ("infinite_rewards", "missing_rewards", "negative_lengths")}
-
-
 def raise_on_bad_input(accumulators: torch.Tensor, inputs: PreparedInputs, opts: AdvantageOptions) -> None:
     """The same error on every rank, from the all-reduced counts (one host read)."""
-    slots = _count_slots(inputs, opts)
-    infinite, missing, negative = (int(v) for v in accumulators[list(slots.values())].tolist())
+    infinite, missing, negative = (int(v) for v in accumulators[list(_COUNT_SLOTS.values())].tolist())
     where = "across the ranks of process_group"
     if infinite:
         raise ValueError(f"rewards contain {infinite} +-Inf entries {where}; rewards must be finite or NaN")
@@ -51,9 +49,9 @@ def raise_on_bad_input(accumulators: torch.Tensor, inputs: PreparedInputs, opts:
 def reduce_accumulators(accumulators: torch.Tensor, extrema: torch.Tensor, inputs: PreparedInputs,
                         opts: AdvantageOptions, process_group) -> tuple[torch.Tensor, torch.Tensor]:
     accumulators = accumulators.clone()
-    if inputs.response_lengths is not None:
+    if inputs.check_reduced and inputs.response_lengths is not None:
         # The kernels count bad rewards as they read them; the lengths are counted here.
-        accumulators[_count_slots(inputs, opts)["negative_lengths"]] = (inputs.response_lengths < 0).sum()
+        accumulators[_COUNT_SLOTS["negative_lengths"]] = (inputs.response_lengths < 0).sum()
     dist.all_reduce(accumulators, op=dist.ReduceOp.SUM, group=process_group)
     if needs_extrema(opts, inputs.reward_bounds is not None):
         extrema = extrema.clone()

@@ -108,8 +108,9 @@ def prepare_inputs(
 ) -> PreparedInputs:
     """value_checks says who checks the rewards for +-Inf (and NaN under
     nan_policy="raise") and the lengths for negatives: "here"; "cpu-kernel"
-    (the CPU kernel counts +-Inf in its own pass, so no separate pass here;
-    NaN and lengths are checked here); "reduced" (distributed mode: every
+    (the CPU kernel counts +-Inf in its own pass, so no separate pass here
+    unless nan_policy="raise" reads the rewards here anyway; NaN and lengths
+    are checked here); "reduced" (distributed mode: every
     rank's kernel counts them into the accumulators, and after the
     all-reduce every rank raises the same error, so none waits in a
     collective for a rank that raised alone)."""

@@ -36,12 +36,14 @@ OPTION_FIELDS = (
     ("calibration_positive", "bool"),
     ("max_weight", "double"),
     # The CPU kernel raises on a +-Inf reward that its accumulate pass counted;
-    # the Python layer checks for the other backends.
+    # the Python layer checks for the other backends, and in distributed mode
+    # the all-reduced counts are checked (distributed.raise_on_bad_input).
     ("reject_inf", "bool"),
 )
 
 # Batch accumulators, summed across ranks. Sizes are in K reward columns and C
-# combined columns (C = K, or 1 for GRPO's summed column).
+# combined columns (combined_columns: 1 for GRPO's summed column, K + 1 under
+# positive calibration, else K).
 ACCUMULATOR_SEGMENTS = (
     ("groups", "1"),          # B
     ("rows", "1"),            # kept, scorable responses

@@ -39,6 +39,14 @@ def test_accumulator_offsets_tile_the_vector():
     assert wire.accumulator_sizes(5, 10) == (6 + 6 * 5 + 2 * 10 + 2 * 100, 10)
 
 
+def test_bad_input_counts_sit_where_distributed_mode_reads_them():
+    from dara_kernels.distributed import _COUNT_SLOTS
+
+    for k, c in ((1, 1), (4, 5), (16, 17)):
+        offsets = wire.segment_offsets(wire.ACCUMULATOR_SEGMENTS, k, c)
+        assert {name: offsets[name] for name in _COUNT_SLOTS} == _COUNT_SLOTS
+
+
 @pytest.mark.skipif(not dk.extension_available(), reason="needs the compiled extension")
 def test_op_schemas_name_the_output_fields():
     returns = [r.name for r in torch.ops.dara.fused_advantage.default._schema.returns]

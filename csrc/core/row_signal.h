@@ -2,7 +2,7 @@
 // combined columns a_c that s_j sums, and whether the row is scorable and
 // kept. Every compiled backend's accumulate and apply call this, so they
 // agree on every row. Templated on the row's real type: double on the CPU,
-// float on CUDA; the group mean and GRPO's summed reward stay double there
+// float on CUDA (double there for float64 rewards); the group mean and GRPO's summed reward stay double there
 // too, so that a reward far from zero relative to its spread (a reward-model
 // score, a token count) loses no precision in r_jk - mu_gk.
 #pragma once
@@ -77,6 +77,7 @@ DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const doubl
   if constexpr (KT > 0) K = KT;
   const Columns mode = M == Columns::kRuntime ? columns_of(o) : M;
   bool scorable = false, positive = false, negative = false;
+  double rsum = 0.0;  // GRPO's summed reward, as row_reward_sum adds it
   for (int k = 0; k < K; ++k) {
     Real x;
     const bool valid = read_reward(r[k], o, &x);
@@ -85,10 +86,9 @@ DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const doubl
     scorable |= valid;
     positive |= a > Real(0);
     negative |= a < Real(0);
+    if (mode == Columns::kSummed) rsum += base[k] * static_cast<double>(x);
   }
   if (mode == Columns::kSummed) {
-    bool any;
-    const double rsum = row_reward_sum<KT>(r, K, o, base, &any);
     column_a[0] = scorable ? static_cast<Real>(rsum - group.sum_mean) * group.sum_scale : Real(0);
   } else if (mode == Columns::kGroupWeighted) {
     for (int k = 0; k < K; ++k) column_a[k] = group.weight[k] * reward_a[k];

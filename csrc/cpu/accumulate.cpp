@@ -45,6 +45,15 @@ struct ChunkSums {
   }
 };
 
+// w y_c and w y_c y_d (d >= c) into a set of column sums.
+template <int NC>
+inline void add_columns(const double* y, int C, double w, double* signal, double (*cross)[NC]) {
+  for (int c = 0; c < C; ++c) {
+    signal[c] += w * y[c];
+    for (int d = c; d < C; ++d) cross[c][d] += w * y[c] * y[d];
+  }
+}
+
 template <int KT, typename scalar_t>
 class Group {
  public:
@@ -122,17 +131,11 @@ class Group {
       for (int k = 0; k < K(); ++k) t.energy[k] += a[k] * a[k];
       if (!in) continue;
       t.rows += 1.0;
-      for (int c = 0; c < C; ++c) {
-        t.signal[c] += y[c];
-        for (int d = c; d < C; ++d) t.cross[c][d] += y[c] * y[d];
-      }
+      add_columns<NC>(y, C, 1.0, t.signal, t.cross);
       if (!t.token) continue;
       const double w = a_.token_weights[a_.layout->row(begin_ + i)];
       t.token_total += w;
-      for (int c = 0; c < C; ++c) {
-        t.token_signal[c] += w * y[c];
-        for (int d = c; d < C; ++d) t.token_cross[c][d] += w * y[c] * y[d];
-      }
+      add_columns<NC>(y, C, w, t.token_signal, t.token_cross);
     }
     table.kappa[g_] = kept / static_cast<double>(n_);
   }

@@ -28,6 +28,7 @@ struct Problem {
   AccumulatorLayout L;
   GroupLayout layout;
   at::Tensor rewards, grouped, base, token_weights;  // grouped: the rewards in group order
+  at::Tensor mask;                                   // the response mask, contiguous, or undefined
   RewardMatrix rows;
 
   AccumulateArgs args() const {
@@ -62,7 +63,8 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
   const bool is_double = rewards.scalar_type() == at::kDouble;
   Problem p{.options = options_from_vector(options.data()),
             .rewards = rewards.to(is_double ? at::kDouble : at::kFloat).contiguous(),
-            .base = reward_weights.to(at::kDouble).contiguous()};
+            .base = reward_weights.to(at::kDouble).contiguous(),
+            .mask = response_mask.has_value() ? response_mask->contiguous() : at::Tensor()};
   p.L = AccumulatorLayout{static_cast<int>(K), p.options.combined_columns(static_cast<int>(K))};
   if (group_index.has_value()) {
     TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
@@ -76,13 +78,13 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
     TORCH_CHECK(response_mask.has_value() || response_lengths.has_value(),
                 "dara: token batch normalisation needs response_mask or response_lengths");
     if (response_mask.has_value()) {
-      p.token_weights = mask_row_sums_of(response_mask->contiguous());
+      p.token_weights = mask_row_sums_of(p.mask);
     } else {
       TORCH_CHECK(response_lengths->numel() == n, "dara: response_lengths must have N elements");
       p.token_weights = response_lengths->to(at::kDouble).contiguous();
     }
   }
-  // The passes read a group's rows three times and apply once more: in group
+  // Accumulate reads a group's rows several times and apply once more: in group
   // order (one gather) they are contiguous, which makes a shuffled
   // group_index call 1.36x [1.18-1.46] faster than reading them through the
   // layout (N = 2^20, K = 4, G = 16, 2 threads; benchmarks/compare_builds.py).
@@ -174,7 +176,7 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
 
   r.token_advantages = at::empty({0}, f32);
   if (response_mask.has_value()) {
-    const at::Tensor mask = response_mask->contiguous();
+    const at::Tensor& mask = p.mask;
     const int64_t T = mask.size(1);
     r.token_advantages = empty_token_output(n, T);
     AT_DISPATCH_ALL_TYPES_AND3(at::kBool, at::kHalf, at::kBFloat16, mask.scalar_type(), "dara_token_output", [&] {

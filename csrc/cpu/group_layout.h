@@ -18,7 +18,8 @@ class GroupLayout {
   int64_t end(int64_t g) const { return sorted() ? offsets_[g + 1] : (g + 1) * group_size_; }
   // The input row at a position in group order.
   int64_t row(int64_t position) const { return sorted() ? rows_[position] : position; }
-  // Whether group order differs from input order; rows() lists the input rows in group order.
+  // Whether the groups come from a group_index (their order may still equal
+  // input order); rows() then lists the input rows in group order.
   bool sorted() const { return group_size_ == 0; }
   const int64_t* rows() const { return rows_.get(); }
 

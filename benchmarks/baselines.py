@@ -1,6 +1,7 @@
 """What people run today, written from the projects' documented formulas, to
-time against: TRL's vectorised normalize_then_sum GDPO and verl's GDPO (a
-Python loop over uid strings, then token-level whitening)."""
+time against: TRL's vectorised normalize_then_sum GDPO, verl's GDPO (a
+Python loop over uid strings, then token-level whitening), DARA in eager
+float32 torch, and the shape of the DARA authors' per-group estimator."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -41,10 +42,16 @@ def verl_style_gdpo(rewards: torch.Tensor, uids: np.ndarray, weights: torch.Tens
         for i in range(n):
             normed[i] = (scores[i] - id2mean[uids[i]]) / (id2std[uids[i]] + 1e-6)
         total += weights[c] * normed
-    values = total.unsqueeze(1) * mask
-    mean = (values * mask).sum() / mask.sum()
-    var = ((values - mean) ** 2 * mask).sum() / mask.sum()
-    var = var * mask.sum() / (mask.sum() - 1)
+    return verl_token_whiten(total, mask)
+
+
+def verl_token_whiten(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """verl's masked whitening of per-response scores broadcast over tokens:
+    the masked mean and unbiased variance, rsqrt(var + 1e-8)."""
+    values = scores.unsqueeze(1) * mask
+    tokens = mask.sum()
+    mean = values.sum() / tokens
+    var = ((values - mean) ** 2 * mask).sum() / (tokens - 1)
     return (values - mean) * torch.rsqrt(var + 1e-8) * mask
 
 
@@ -91,8 +98,4 @@ def authors_style_dara(rewards: torch.Tensor, uids, mask: torch.Tensor, calibrat
         s = (z.clamp(max=0) + weights * z.clamp(min=0)).sum(-1)
     else:
         s = (z * weights).sum(-1)
-    values = s[:, None] * mask
-    tokens = mask.sum()
-    mean = values.sum() / tokens
-    var = ((values - mean) ** 2 * mask).sum() / (tokens - 1)
-    return (values - mean) * torch.rsqrt(var + 1e-8) * mask
+    return verl_token_whiten(s, mask)

@@ -44,8 +44,8 @@ import json, os, sys, time
 import torch
 import dara_kernels as dk
 sys.path.insert(0, sys.argv[1])
-from targets import (HEADLINE_G, HEADLINE_K, HEADLINE_N, PAPER_GROUP, PAPER_PROMPTS, PAPER_TOKENS, VERL_GROUP,
-                     VERL_K, VERL_PROMPTS, VERL_TOKENS, batch, token_mask)
+from targets import (HEADLINE_G, HEADLINE_K, HEADLINE_N, VERL_GROUP, VERL_K, VERL_PROMPTS, VERL_TOKENS, batch,
+                     paper_batch, token_mask)
 
 torch.set_num_threads(int(sys.argv[2]))
 calls, cases, cache = int(sys.argv[3]), sys.argv[4].split(","), int(sys.argv[5])
@@ -69,11 +69,7 @@ def verl(dtype):
 
 
 def paper():
-    n = PAPER_PROMPTS * PAPER_GROUP
-    gen = torch.Generator().manual_seed(2)
-    rewards = (torch.rand(n, 3, generator=gen) < torch.tensor([0.3, 0.01, 0.5])).float()
-    ids = torch.randperm(n, generator=gen) // PAPER_GROUP
-    mask = token_mask(n, PAPER_TOKENS, torch.float32)
+    rewards, ids, mask = paper_batch()
     return lambda: dk.fused_advantage(rewards, group_index=ids, preset="verl", response_mask=mask, backend="cpu")
 
 

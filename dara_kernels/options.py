@@ -17,15 +17,17 @@ PRESETS = ("default", "trl", "verl")
 NAN_POLICIES = ("ignore", "zero", "raise")
 SINGLETON_RULES = ("zero", "verl")
 CALIBRATIONS = ("positive", "symmetric")
-# Options that exist for some methods only: a calibration applies to the
-# methods whose s_j is a weighted sum of the A_jk, the cap to DARA's weights.
-_METHOD_ONLY = {"calibration": ("dara", "static"), "max_weight": ("dara",)}
-# DARA's defaults are the authors' main method, DARA-Asym: only positive
-# advantages are amplified, by at most 5x the densest reward's weight.
+# Options that exist for some methods only, with those methods' defaults: a
+# calibration applies to the methods whose s_j is a weighted sum of the A_jk,
+# the cap to DARA's weights. DARA's defaults are the authors' main method,
+# DARA-Asym: only positive advantages are amplified, by at most 5x the
+# densest reward's weight.
 _METHOD_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
     "dara": {"calibration": "positive", "max_weight": 5.0},
     "static": {"calibration": "symmetric"},
 }
+_METHOD_ONLY = {name: tuple(m for m, defaults in _METHOD_DEFAULTS.items() if name in defaults)
+                for name in ("calibration", "max_weight")}
 
 _PRESET_VALUES: Mapping[str, Mapping[str, Any]] = {
     "default": {},

@@ -24,10 +24,7 @@ def compare_once(backend: str, method: str, layout: str, k: int, dtype: torch.dt
         options["reward_bounds"] = [(-4.0, 4.0)] * k
     if seed % 4 == 1:
         options["reward_weights"] = torch.linspace(0.5, 2.0, k).tolist()
-    ref = dk.fused_advantage(case.rewards, backend="reference", **options, **kwargs)
-    on_device = {key: (v.to(device) if isinstance(v, torch.Tensor) else v) for key, v in kwargs.items()}
-    out = dk.fused_advantage(case.rewards.to(device), backend=backend, **options, **on_device)
-    assert_matches(out, ref, TOLERANCES[backend][dtype], f"{case.label} {options}")
+    _against_reference(backend, case.rewards, kwargs, options, device, case.label)
 
 
 def sweep_against_reference(backend: str, method: str, layout: str, k: int, dtype: torch.dtype,

@@ -16,7 +16,7 @@ namespace {
 
 constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 
-// A chunk's batch sums over its rows (the cross products as upper triangles).
+// A chunk's batch sums over its rows.
 template <int KT, int CT>
 struct ChunkSums {
   static constexpr int N = max_rewards<KT>(), NC = max_columns<CT>();
@@ -34,23 +34,27 @@ struct ChunkSums {
     acc[L.rows()] += rows;
     for (int c = 0; c < C; ++c) {
       acc[L.signal(c)] += signal[c];
-      for (int d = c; d < C; ++d) acc[L.cross(c, d)] += cross[c][d];
+      for (int d = 0; d < C; ++d) acc[L.cross(c, d)] += cross[c][d];
     }
     if (!token) return;
     acc[L.token_total()] += token_total;
     for (int c = 0; c < C; ++c) {
       acc[L.token_signal(c)] += token_signal[c];
-      for (int d = c; d < C; ++d) acc[L.token_cross(c, d)] += token_cross[c][d];
+      for (int d = 0; d < C; ++d) acc[L.token_cross(c, d)] += token_cross[c][d];
     }
   }
 };
 
-// w y_c and w y_c y_d (d >= c) into a set of column sums.
-template <int NC>
+// w y_c and w y_c y_d into a set of column sums. The whole square, not its
+// upper triangle: the compiler then pairs y[0..1], y[2..3] as row_signal
+// stored them, where the triangle's odd offsets made it load pairs that
+// straddle two stores (a stalled store-to-load forward on every row).
+template <int CT, int NC>
 inline void add_columns(const double* y, int C, double w, double* signal, double (*cross)[NC]) {
+  if constexpr (CT > 0) C = CT;
   for (int c = 0; c < C; ++c) {
     signal[c] += w * y[c];
-    for (int d = c; d < C; ++d) cross[c][d] += w * y[c] * y[d];
+    for (int d = 0; d < C; ++d) cross[c][d] += w * y[c] * y[d];
   }
 }
 
@@ -131,11 +135,11 @@ class Group {
       for (int k = 0; k < K(); ++k) t.energy[k] += a[k] * a[k];
       if (!in) continue;
       t.rows += 1.0;
-      add_columns<NC>(y, C, 1.0, t.signal, t.cross);
+      add_columns<CT, NC>(y, C, 1.0, t.signal, t.cross);
       if (!t.token) continue;
-      const double w = a_.token_weights[a_.layout->row(begin_ + i)];
+      const double w = a_.token_weights[begin_ + i];
       t.token_total += w;
-      add_columns<NC>(y, C, w, t.token_signal, t.token_cross);
+      add_columns<CT, NC>(y, C, w, t.token_signal, t.token_cross);
     }
     table.kappa[g_] = kept / static_cast<double>(n_);
   }
@@ -224,13 +228,6 @@ void accumulate(const AccumulateArgs& a, const AccumulatorLayout& L, GroupTable&
   for (int64_t c = 0; c < chunks; ++c) {
     for (int i = 0; i < S; ++i) acc[i] += partial[c * S + i];
     for (int i = 0; i < E; ++i) extrema[i] = std::fmax(extrema[i], partial_extrema[c * E + i]);
-  }
-  // The rows summed the upper triangles; the wire format holds whole matrices.
-  for (int c = 0; c < L.C; ++c) {
-    for (int d = 0; d < c; ++d) {
-      acc[L.cross(c, d)] = acc[L.cross(d, c)];
-      acc[L.token_cross(c, d)] = acc[L.token_cross(d, c)];
-    }
   }
 }
 

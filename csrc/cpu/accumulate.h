@@ -14,10 +14,10 @@
 namespace dara {
 
 struct AccumulateArgs {
-  RewardMatrix rewards;  // in group order: row p is input row layout->row(p)
+  RewardMatrix rewards;  // in group order
   const Options* options;
   const double* base;           // b_k
-  const double* token_weights;  // L_j by input row, or nullptr unless batch_norm is "token"
+  const double* token_weights;  // L_j in group order, or nullptr unless batch_norm is "token"
   const GroupLayout* layout;
 };
 

@@ -21,10 +21,10 @@ void apply_group(const AccumulateArgs& a, const AccumulatorLayout& L, const Grou
   const double factor = (o.apply_query_scale ? kappa : 1.0) * args.scale;
   for (int64_t p = layout.begin(g); p < layout.end(g); ++p) {
     const RowSignal rs = row_signal<KT, M>(load_row<KT>(rewards, p, K, row), K, o, a.base, group, reward_a, column_a);
-    const int64_t j = layout.row(p);
-    out.advantages[j] = static_cast<float>(row_advantage<CT>(rs, column_a, L.C, args.combine, args.shift, factor));
-    out.keep[j] = rs.keep;
-    out.query_scale[j] = static_cast<float>(kappa);
+    out.advantages[p * out.stride] =
+        static_cast<float>(row_advantage<CT>(rs, column_a, L.C, args.combine, args.shift, factor));
+    out.keep[p] = rs.keep;
+    out.query_scale[p * out.stride] = static_cast<float>(kappa);
   }
 }
 
@@ -41,6 +41,17 @@ void apply(const AccumulateArgs& a, const AccumulatorLayout& L, const GroupTable
     for_each_chunk(groups, kGroupsPerChunk, rows * (L.K * 8 + 9), [&](int64_t, int64_t g0, int64_t g1) {
       for (int64_t g = g0; g < g1; ++g) apply_group<KT, M>(a, L, table, args, rewards, g, out);
     });
+  });
+}
+
+void to_input_order(const ApplyOutputs& grouped, const int64_t* positions, int64_t n, const ApplyOutputs& out) {
+  at::parallel_for(0, n, 1 << 16, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t p = positions[j];
+      out.advantages[j] = grouped.advantages[p * grouped.stride];
+      out.keep[j] = grouped.keep[p];
+      out.query_scale[j] = grouped.query_scale[p * grouped.stride];
+    }
   });
 }
 

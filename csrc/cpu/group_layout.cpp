@@ -55,6 +55,8 @@ GroupLayout GroupLayout::contiguous(int64_t num_rows, int64_t group_size) {
 
 // A stable counting sort of the rows by key: count each key, turn the
 // counts into each group's first position, place the rows in input order.
+// Each row's position is written in input order; only the copies between
+// input and group order (scatter_rows, to_input_order) access memory at random.
 GroupLayout GroupLayout::from_ids(const int64_t* ids, int64_t n) {
   GroupLayout layout;
   layout.offsets_.assign(1, 0);
@@ -69,9 +71,10 @@ GroupLayout GroupLayout::from_ids(const int64_t* ids, int64_t n) {
     position += count;
     if (count > 0) layout.offsets_.push_back(position);
   }
-  layout.rows_.reset(new int64_t[n]);  // every entry is written below: no zero fill
-  int64_t* rows = layout.rows_.get();
-  for (int64_t j = 0; j < n; ++j) rows[next[key[j]]++] = j;
+  // Every entry is written below: no zero fill.
+  layout.positions_.reset(new int64_t[n]);
+  int64_t* positions = layout.positions_.get();
+  for (int64_t j = 0; j < n; ++j) positions[j] = next[key[j]]++;
   layout.num_groups_ = static_cast<int64_t>(layout.offsets_.size()) - 1;
   return layout;
 }

@@ -97,3 +97,23 @@ def calibration_sweep(backend: str, device: str = "cpu", n: int = 128, group: in
                 _against_reference(backend, rewards, {**layout, **extra}, options, device, f"calibration {name}")
                 runs += 1
     return runs
+
+
+def spreadless_batch_sweep(backend: str, device: str = "cpu", n: int = 48) -> int:
+    """Every row has the same s_j != 0 (positive calibration, one row of a
+    pair rewarded on each reward, equal static weights): the batch std is 0,
+    the factor 1 / bn_eps, so the advantages are 0 only if the row sums and
+    the batch mean agree to double rounding (in float: 8e-2 off; the CUDA
+    kernels needed double there)."""
+    runs = 0
+    options = dict(method="static", calibration="positive", reward_weights=[5.0, 5.0])
+    for group in (2, 6, 8):
+        rewards = torch.zeros(group, 2)
+        rewards[: group // 2, 0] = rewards[group // 2:, 1] = 0.37
+        rewards = rewards.repeat(n // group, 1)
+        for batch_norm, lengths in (("response", {}), ("token", {"response_lengths": torch.full((n,), 7)})):
+            layout = {"group_size": group, **lengths}
+            _against_reference(backend, rewards, layout, {**options, "batch_norm": batch_norm}, device,
+                               f"groups of {group}")
+            runs += 1
+    return runs

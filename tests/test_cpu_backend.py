@@ -5,7 +5,15 @@ import torch
 import dara_kernels as dk
 from tests.cases import make_case
 from tests.compare import TOLERANCES, assert_matches
-from tests.sweep import DTYPES, KS, LAYOUTS, calibration_sweep, offset_sweep, sweep_against_reference
+from tests.sweep import (
+    DTYPES,
+    KS,
+    LAYOUTS,
+    calibration_sweep,
+    offset_sweep,
+    spreadless_batch_sweep,
+    sweep_against_reference,
+)
 
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 
@@ -225,6 +233,11 @@ def test_rewards_far_from_zero(method):
 
 def test_calibrations():
     assert calibration_sweep("cpu") > 0
+
+
+def test_batch_without_spread():
+    """A batch whose rows all have the same s_j != 0 (tests/sweep.py)."""
+    assert spreadless_batch_sweep("cpu") > 0
 
 
 def test_token_outputs_are_reused_only_once_freed_and_within_the_bound():

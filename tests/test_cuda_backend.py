@@ -9,7 +9,15 @@ from dara_kernels.options import resolve_options
 from dara_kernels.wire import ACCUMULATOR_SEGMENTS, MAX_REWARDS, combined_columns, segment_offsets
 from tests.cases import make_case
 from tests.compare import TOLERANCES, assert_matches
-from tests.sweep import DTYPES, KS, LAYOUTS, calibration_sweep, offset_sweep, sweep_against_reference
+from tests.sweep import (
+    DTYPES,
+    KS,
+    LAYOUTS,
+    calibration_sweep,
+    offset_sweep,
+    spreadless_batch_sweep,
+    sweep_against_reference,
+)
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available() or dk.unavailable_reason("cuda", torch.device("cuda")) is not None,
@@ -49,22 +57,9 @@ def test_wide_rows_in_both_calibrations(k, calibration):
             assert_matches(out, ref, TOLERANCES["cuda"][torch.float32], f"{case.label} {options}")
 
 
-@pytest.mark.parametrize("batch_norm", ["response", "token"])
-@pytest.mark.parametrize("group", [2, 6])
-def test_batch_without_spread(group, batch_norm):
-    """Every row has the same s_j != 0 (positive calibration, one row of a
-    pair rewarded on each reward, equal static weights): the batch std is 0,
-    the factor 1 / bn_eps, and the advantages 0 only if the row sums and the
-    batch mean agree to double rounding (in float: 8e-2 off)."""
-    rewards = torch.zeros(group, 2)
-    rewards[: group // 2, 0] = rewards[group // 2:, 1] = 0.37
-    rewards = rewards.repeat(48 // group, 1)
-    options = dict(method="static", calibration="positive", reward_weights=[5.0, 5.0], batch_norm=batch_norm)
-    lengths = {"response_lengths": torch.full((48,), 7)} if batch_norm == "token" else {}
-    ref = dk.fused_advantage(rewards, group, backend="reference", **options, **lengths)
-    out = dk.fused_advantage(rewards.cuda(), group, backend="cuda", **options,
-                             **{k: v.cuda() for k, v in lengths.items()})
-    assert_matches(out, ref, TOLERANCES["cuda"][torch.float32], f"groups of {group}, {batch_norm}")
+def test_batch_without_spread():
+    """A batch whose rows all have the same s_j != 0 (tests/sweep.py)."""
+    assert spreadless_batch_sweep("cuda", device="cuda") > 0
 
 
 @pytest.mark.parametrize("calibration", ["positive", "symmetric"])

@@ -12,7 +12,16 @@ import dara_kernels as dk
 from dara_kernels.wire import MAX_REWARDS
 from tests.cases import make_case
 from tests.compare import TOLERANCES, assert_matches
-from tests.sweep import DTYPES, KS, LAYOUTS, calibration_sweep, compare_once, offset_sweep, sweep_against_reference
+from tests.sweep import (
+    DTYPES,
+    KS,
+    LAYOUTS,
+    calibration_sweep,
+    compare_once,
+    offset_sweep,
+    spreadless_batch_sweep,
+    sweep_against_reference,
+)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 COMPILED_ON_GPU = DEVICE == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
@@ -50,22 +59,9 @@ def test_calibrations():
     assert calibration_sweep("triton", device=DEVICE) > 0
 
 
-@pytest.mark.parametrize("batch_norm", ["response", "token"])
-@pytest.mark.parametrize("group", [2, 8])
-def test_batch_without_spread(group, batch_norm):
-    """Every row has the same s_j != 0 (positive calibration, one row of a
-    pair rewarded on each reward, equal static weights): the batch std is 0,
-    the factor 1 / bn_eps, so the advantages are 0 only if the row sums and
-    the batch mean agree to rounding (the CUDA kernels needed double there)."""
-    rewards = torch.zeros(group, 2)
-    rewards[: group // 2, 0] = rewards[group // 2:, 1] = 0.37
-    rewards = rewards.repeat(48 // group, 1)
-    options = dict(method="static", calibration="positive", reward_weights=[5.0, 5.0], batch_norm=batch_norm)
-    lengths = {"response_lengths": torch.full((48,), 7)} if batch_norm == "token" else {}
-    ref = dk.fused_advantage(rewards, group, backend="reference", **options, **lengths)
-    out = dk.fused_advantage(rewards.to(DEVICE), group, backend="triton", **options,
-                             **{k: v.to(DEVICE) for k, v in lengths.items()})
-    assert_matches(out, ref, TOLERANCES["triton"][torch.float32], f"groups of {group}, {batch_norm}")
+def test_batch_without_spread():
+    """A batch whose rows all have the same s_j != 0 (tests/sweep.py)."""
+    assert spreadless_batch_sweep("triton", device=DEVICE) > 0
 
 
 # The interpreter's numpy warns on the arithmetic with Inf; the counts are what is checked.

@@ -45,7 +45,8 @@ void apply(const AccumulateArgs& a, const AccumulatorLayout& L, const GroupTable
 }
 
 void to_input_order(const ApplyOutputs& grouped, const int64_t* positions, int64_t n, const ApplyOutputs& out) {
-  at::parallel_for(0, n, 1 << 16, [&](int64_t j0, int64_t j1) {
+  // A row moves its position and 17 bytes of outputs (read and written).
+  at::parallel_for(0, n, kBytesPerThread / 25, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t p = positions[j];
       out.advantages[j] = grouped.advantages[p * grouped.stride];

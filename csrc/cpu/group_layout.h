@@ -9,6 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include "chunks.h"
+
 namespace dara {
 
 class GroupLayout {
@@ -36,7 +38,7 @@ class GroupLayout {
 // group order. Its writes land at random: two threads keep more in flight.
 template <typename T>
 void scatter_rows(const T* src, int64_t n, int width, const int64_t* positions, T* dst) {
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 20) / (width * static_cast<int64_t>(sizeof(T)) + 8));
+  const int64_t grain = std::max<int64_t>(1, kBytesPerThread / (width * static_cast<int64_t>(sizeof(T)) + 8));
   at::parallel_for(0, n, grain, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       for (int k = 0; k < width; ++k) dst[positions[j] * width + k] = src[j * width + k];

@@ -394,7 +394,7 @@ def main(argv=None) -> None:
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                         help="a dara-train override applied to every run")
     parser.add_argument("--jobs", type=int, help="runs in parallel (default: the CPU count)")
-    parser.add_argument("--json", help="results file (default benchmarks/learning-<preset>.json)")
+    parser.add_argument("--json", help="results file (default benchmarks/results/learning-<preset>.json)")
     parser.add_argument("--plot", help="PNG of mean +- std curves per method")
     args = parser.parse_args(argv)
 
@@ -405,7 +405,7 @@ def main(argv=None) -> None:
     rollout = load_config(args.preset, None, args.settings).rollout
     groups = [int(g) for g in args.group_sizes.split(",")] if args.group_sizes else []
     specs = method_specs(names, static, groups, rollout.group_size, rollout.group_size * rollout.prompts_per_step)
-    path = Path(args.json or Path(__file__).parent / f"learning-{args.preset}.json")
+    path = Path(args.json or Path(__file__).parent / "results" / f"learning-{args.preset}.json")
     data = load_results(path, args.preset, args.steps, args.settings)
     stale = [r for r in data["runs"] if r["method"] in specs and r["overrides"] != specs[r["method"]]]
     if stale:

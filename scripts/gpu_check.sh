@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-shot GPU acceptance, for a machine with one CUDA GPU, torch, triton and
 # nvcc installed and no network (nothing is installed):
-#   bash benchmarks/gpu_check.sh
+#   bash scripts/gpu_check.sh
 # 0. checks that torch, triton, pytest, numpy, setuptools >= 77 and ninja are
 #    there, and stops naming every one that is missing,
 # 1. builds the extension in place for the detected GPU against the installed

@@ -64,6 +64,7 @@ def fused_advantage(
     calibration: Optional[str] = None,
     max_weight: Optional[float] = None,
     rvpo_k: Optional[float] = None,
+    no_signal: Optional[str] = None,
     backend: str = "auto",
     validate: bool = True,
     process_group=None,

@@ -19,6 +19,11 @@ class AdvantageOutput(NamedTuple):
     batch_std: torch.Tensor                   # [] float32
     keep: torch.Tensor                        # [N] bool
     query_scale: torch.Tensor                 # [N] float32
+    informative: torch.Tensor                 # [N] bool: some reward is active in the row's group
+    sum_informative: torch.Tensor             # [N] bool: the weighted summed reward varies in the row's group
+    informative_groups: torch.Tensor          # [] int64: groups with an active reward
+    sum_informative_groups: torch.Tensor      # [] int64: groups whose weighted summed reward varies
+    conflict_groups: torch.Tensor             # [] int64: rewards active, summed reward constant
 
 
 def output_from_kernel(tensors, has_mask: bool) -> AdvantageOutput:

@@ -151,11 +151,15 @@ def reference_advantage(inputs: PreparedInputs, opts: AdvantageOptions) -> Advan
     density = active_groups.double() / num_groups if num_groups else r.new_zeros(k)
     energy = (adv ** 2).sum(0)
 
+    # docs/spec.md#group-signal: the weighted summed reward as one column, for every method.
+    rsum = torch.where(valid, r, 0.0) @ b
+    col_valid = scorable.unsqueeze(1)
+    col = rsum.unsqueeze(1)
+    col_stats = group_statistics(col, col_valid, gid, num_groups, opts)
+    group_any = stats.active.any(1)
+    group_sum = col_stats.active[:, 0]
+
     if opts.method == "grpo":
-        rsum = torch.where(valid, r, 0.0) @ b
-        col_valid = scorable.unsqueeze(1)
-        col = rsum.unsqueeze(1)
-        col_stats = group_statistics(col, col_valid, gid, num_groups, opts)
         s = normalise(col, col_valid, gid, col_stats, opts)[:, 0]
         weights = b.clone()
         weighted_energy = weights ** 2 * energy
@@ -188,12 +192,16 @@ def reference_advantage(inputs: PreparedInputs, opts: AdvantageOptions) -> Advan
         keep = torch.ones(n, dtype=torch.bool, device=r.device)
         kappa = r.new_ones(n)
 
+    # A group without signal under no_signal="zero": advantage 0, outside the batch statistics.
+    signal = group_sum if opts.method == "grpo" else group_any
+    counted = signal[gid] if opts.no_signal == "zero" else torch.ones_like(keep)
+
     token_weights = None
     if inputs.response_mask is not None:
         token_weights = inputs.response_mask.double().sum(1)
     elif inputs.response_lengths is not None:
         token_weights = inputs.response_lengths.double()
-    ahat, m, sd = batch_normalise(s, keep & scorable, token_weights, opts)
+    ahat, m, sd = batch_normalise(s, keep & scorable & counted, token_weights, opts)
     if opts.apply_query_scale:
         ahat = ahat * kappa
 
@@ -214,4 +222,9 @@ def reference_advantage(inputs: PreparedInputs, opts: AdvantageOptions) -> Advan
         batch_std=sd.to(f32),
         keep=keep,
         query_scale=kappa.to(f32),
+        informative=group_any[gid],
+        sum_informative=group_sum[gid],
+        informative_groups=group_any.sum().to(torch.int64),
+        sum_informative_groups=group_sum.sum().to(torch.int64),
+        conflict_groups=(group_any & ~group_sum).sum().to(torch.int64),
     )

@@ -82,6 +82,7 @@ PRESETS = ("default", "trl", "verl")
 NAN_POLICIES = ("ignore", "zero", "raise")
 SINGLETON_RULES = ("zero", "verl")
 CALIBRATIONS = ("positive", "symmetric")
+NO_SIGNAL_RULES = ("keep", "zero")
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("calibration", "choice", None, CALIBRATIONS),
     Option("max_weight", "cap"),
     Option("rvpo_k", "positive"),
+    # A group without signal (no reward active in it; for GRPO, a constant
+    # summed reward): "keep" leaves its rows in the batch statistics, shifted
+    # by the batch mean as every trainer does; "zero" gives them advantage 0
+    # and leaves them out, as if the group had been filtered.
+    Option("no_signal", "choice", "keep", NO_SIGNAL_RULES),
 )
 OPTION_NAMES = tuple(o.name for o in OPTIONS)
 METHOD_ONLY_OPTIONS: Mapping[str, tuple[str, ...]] = {
@@ -155,6 +161,7 @@ KERNEL_FIELDS: tuple[KernelField, ...] = (
     KernelField("calibration_positive", "bool", lambda o: o.calibration == "positive"),
     KernelField("max_weight", "double", absent=math.inf),
     KernelField("rvpo_k", "double", absent=1.0),
+    KernelField("no_signal_zero", "bool", lambda o: o.no_signal == "zero"),
     # Set per call, not an option: the CPU kernel raises on a +-Inf reward
     # that its accumulate pass counted; the Python layer checks for the other
     # backends, and in distributed mode the all-reduced counts are checked
@@ -180,6 +187,11 @@ ACCUMULATOR_SEGMENTS = (
     ("infinite_rewards", "1"),  # +-Inf entries
     ("missing_rewards", "1"),   # NaN entries (an error under nan_policy="raise")
     ("negative_lengths", "1"),  # response_lengths below 0
+    # Groups that carry signal: some reward active; the weighted summed reward
+    # varies; rewards active while that sum is constant (docs/spec.md#group-signal).
+    ("informative_groups", "1"),
+    ("sum_informative_groups", "1"),
+    ("conflict_groups", "1"),
     ("active", "K"),          # active groups per reward
     ("energy", "K"),          # sum_j A_jk^2
     ("raw_count", "K"),       # valid raw entries per reward
@@ -211,6 +223,11 @@ OUTPUT_FIELDS = (
     ("batch_std", "", "float32"),
     ("keep", "N", "bool"),
     ("query_scale", "N", "float32"),
+    ("informative", "N", "bool"),      # the row's group has an active reward
+    ("sum_informative", "N", "bool"),  # the row's group's weighted summed reward varies
+    ("informative_groups", "", "int64"),
+    ("sum_informative_groups", "", "int64"),
+    ("conflict_groups", "", "int64"),
 )
 
 # Reward columns each compiled backend handles: the CPU and CUDA kernels keep

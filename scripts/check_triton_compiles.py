@@ -49,7 +49,8 @@ TOKEN_INPUTS = (None, "lengths", torch.bool, torch.uint8, torch.int64, torch.flo
 LAYOUTS = ("fixed", "shuffled")
 
 _TRITON_TYPES = {torch.float32: "fp32", torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16",
-                 torch.int64: "i64", torch.int32: "i32", torch.uint8: "u8", torch.bool: "i1"}
+                 torch.int64: "i64", torch.int32: "i32", torch.int8: "i8", torch.uint8: "u8",
+                 torch.bool: "i1"}
 
 
 def _argument_type(value) -> str:

@@ -11,7 +11,8 @@ TOLERANCES = {
     "cuda": {torch.float64: 1e-4, torch.float32: 1e-4, torch.bfloat16: 1e-4, torch.float16: 1e-4},
 }
 
-EXACT_FIELDS = ("active_groups", "num_groups", "keep")
+EXACT_FIELDS = ("active_groups", "num_groups", "keep", "informative", "sum_informative", "informative_groups",
+                "sum_informative_groups", "conflict_groups")
 
 
 def assert_matches(out, ref, tol: float, context: str = "") -> None:

@@ -141,3 +141,33 @@ def soft_minimum_sweep(backend: str, device: str = "cpu", n: int = 96, group: in
                                        f"rvpo_k={k} {name} {dtype}")
                     runs += 1
     return runs
+
+
+def signal_rewards(gen: torch.Generator, n: int) -> torch.Tensor:
+    """K = 4 in groups of 4: correctness, a rare format reward, a graded
+    length reward and a reward active nowhere; the first group perfect on
+    every reward (no signal), the second with rewards that vary while their
+    sum is constant (a conflict group), a missing entry in the third."""
+    rewards = calibration_rewards(gen, n)
+    rewards[:4] = 1.0
+    rewards[4:8, :3] = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 1.0]]).repeat(2, 1)
+    rewards[9, 2] = float("nan")
+    return rewards
+
+
+def no_signal_sweep(backend: str, device: str = "cpu", n: int = 64) -> int:
+    """Every method under both no_signal rules, on a batch with a group
+    without signal and a conflict group (signal_rewards), both layouts,
+    response and token batch normalisation: flags, counts and advantages."""
+    runs = 0
+    for seed, method in enumerate(dk.METHODS):
+        gen = torch.Generator().manual_seed(500 + seed)
+        rewards = signal_rewards(gen, n).float()
+        lengths = torch.randint(1, 30, (n,), generator=gen)
+        for rule in ("keep", "zero"):
+            for name, layout in _layouts(gen, n, 4):
+                for extra in ({}, {"batch_norm": "token", "response_lengths": lengths}):
+                    _against_reference(backend, rewards, {**layout, **extra}, dict(method=method, no_signal=rule),
+                                       device, f"{method} no_signal={rule} {name}")
+                    runs += 1
+    return runs

@@ -14,6 +14,7 @@ from tests.sweep import (
     KS,
     LAYOUTS,
     calibration_sweep,
+    no_signal_sweep,
     offset_sweep,
     soft_minimum_sweep,
     spreadless_batch_sweep,
@@ -40,6 +41,10 @@ def test_rewards_far_from_zero(method):
 
 def test_calibrations():
     assert calibration_sweep("cuda", device="cuda") > 0
+
+
+def test_groups_without_signal():
+    assert no_signal_sweep("cuda", device="cuda") > 0
 
 
 def test_rvpo_risk_coefficients():

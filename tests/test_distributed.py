@@ -116,11 +116,12 @@ def test_two_ranks_equal_one_process(two_ranks):
                                        backend="cpu")
             for rank, rows in enumerate(parts):
                 got = two_ranks[(rank, method, bn)]
-                for name in ("advantages", "token_advantages", "keep", "query_scale"):
+                for name in ("advantages", "token_advantages", "keep", "query_scale", "informative", "sum_informative"):
                     torch.testing.assert_close(got[name], getattr(whole, name)[rows], rtol=1e-5, atol=1e-6,
                                                msg=f"{method} {bn} rank {rank} {name}")
                 for name in ("density", "weights", "energy", "weighted_energy", "active_groups",
-                             "num_groups", "batch_mean", "batch_std"):
+                             "num_groups", "batch_mean", "batch_std", "informative_groups", "sum_informative_groups",
+                             "conflict_groups"):
                     torch.testing.assert_close(got[name], getattr(whole, name), rtol=1e-5, atol=1e-6,
                                                msg=f"{method} {bn} rank {rank} {name}")
                     # Every rank holds the same batch statistics, bit for bit.

@@ -18,6 +18,7 @@ from tests.sweep import (
     LAYOUTS,
     calibration_sweep,
     compare_once,
+    no_signal_sweep,
     offset_sweep,
     soft_minimum_sweep,
     spreadless_batch_sweep,
@@ -58,6 +59,10 @@ def test_calibrations():
     """Positive and symmetric calibration with density and static weights,
     a capped reward and one active nowhere; K = 4 takes a 5-lane tile."""
     assert calibration_sweep("triton", device=DEVICE) > 0
+
+
+def test_groups_without_signal():
+    assert no_signal_sweep("triton", device=DEVICE) > 0
 
 
 def test_rvpo_risk_coefficients():

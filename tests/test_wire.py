@@ -63,9 +63,9 @@ def test_accumulator_offsets_tile_the_vector():
     offsets = wire.segment_offsets(wire.ACCUMULATOR_SEGMENTS, 5, 5)
     starts = [offsets[name] for name, _ in wire.ACCUMULATOR_SEGMENTS] + [offsets["size"]]
     assert starts == sorted(starts) and starts[0] == 0
-    assert wire.accumulator_sizes(5, 5) == (6 + 6 * 5 + 2 * 5 + 2 * 25, 10)
-    assert wire.accumulator_sizes(5, 1) == (6 + 6 * 5 + 2 + 2, 10)
-    assert wire.accumulator_sizes(5, 10) == (6 + 6 * 5 + 2 * 10 + 2 * 100, 10)
+    assert wire.accumulator_sizes(5, 5) == (9 + 6 * 5 + 2 * 5 + 2 * 25, 10)
+    assert wire.accumulator_sizes(5, 1) == (9 + 6 * 5 + 2 + 2, 10)
+    assert wire.accumulator_sizes(5, 10) == (9 + 6 * 5 + 2 * 10 + 2 * 100, 10)
 
 
 def test_bad_input_counts_sit_where_distributed_mode_reads_them():

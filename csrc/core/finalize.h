@@ -25,6 +25,9 @@ struct FinalizeOutputs {
   float* weighted_energy;
   int64_t* active_groups;
   int64_t* num_groups;
+  int64_t* informative_groups;
+  int64_t* sum_informative_groups;
+  int64_t* conflict_groups;
   float* batch_mean;
   float* batch_std;
   double* combine;      // [C] coefficients of the combined columns in s_j
@@ -111,6 +114,9 @@ DARA_HD void finalize(const Options& o, const AccumulatorLayout& L, const Finali
     out.energy[k] = static_cast<float>(acc[L.energy(k)]);
   }
   *out.num_groups = static_cast<int64_t>(groups);
+  *out.informative_groups = static_cast<int64_t>(acc[L.informative_groups()]);
+  *out.sum_informative_groups = static_cast<int64_t>(acc[L.sum_informative_groups()]);
+  *out.conflict_groups = static_cast<int64_t>(acc[L.conflict_groups()]);
 
   if (o.group_weighted()) {
     for (int k = 0; k < K; ++k) {

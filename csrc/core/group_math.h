@@ -29,6 +29,24 @@ DARA_HD ColumnStats finish_column(double count, double mean, double sum_sq_dev, 
   return s;
 }
 
+// A group's signal (docs/spec.md#group-signal), as bits: some reward is
+// active; the weighted summed reward varies; and whether no_signal="zero"
+// takes the group out (GRPO's own signal is its summed reward).
+enum GroupSignal : unsigned { kAnyActive = 1u, kSumActive = 2u, kZeroed = 4u };
+
+DARA_HD unsigned group_signal(bool any_active, bool sum_active, const Options& o) {
+  const bool signal = o.summed_reward() ? sum_active : any_active;
+  return (any_active ? kAnyActive : 0u) | (sum_active ? kSumActive : 0u) | (o.no_signal_zero && !signal ? kZeroed : 0u);
+}
+
+// The group's signal counts into the batch accumulators.
+DARA_HD void add_group_signal(unsigned signal, const AccumulatorLayout& L, double* acc) {
+  const bool any = signal & kAnyActive, sum = signal & kSumActive;
+  acc[L.informative_groups()] += any ? 1.0 : 0.0;
+  acc[L.sum_informative_groups()] += sum ? 1.0 : 0.0;
+  acc[L.conflict_groups()] += any && !sum ? 1.0 : 0.0;
+}
+
 // +-Inf: a number whose difference with itself is not 0 (NaN is no number).
 template <typename Real>
 DARA_HD bool is_infinite(Real r) {

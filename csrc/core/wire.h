@@ -45,7 +45,7 @@ DARA_HD constexpr bool columns_follow_k(Columns mode) {
   return mode == Columns::kGroupWeighted || mode == Columns::kPositiveParts || mode == Columns::kPerReward;
 }
 
-constexpr int kNumOptions = 18;
+constexpr int kNumOptions = 19;
 
 struct Options {
   int method;
@@ -65,6 +65,7 @@ struct Options {
   bool calibration_positive;
   double max_weight;
   double rvpo_k;
+  bool no_signal_zero;
   bool reject_inf;
 
   // Method traits (wire.METHOD_PREDICATES).
@@ -109,7 +110,8 @@ DARA_HD Options options_from_vector(const double* v) {
   o.calibration_positive = v[14] != 0.0;
   o.max_weight = v[15];
   o.rvpo_k = v[16];
-  o.reject_inf = v[17] != 0.0;
+  o.no_signal_zero = v[17] != 0.0;
+  o.reject_inf = v[18] != 0.0;
   return o;
 }
 
@@ -125,17 +127,20 @@ struct AccumulatorLayout {
   DARA_HD int infinite_rewards() const { return 3; }
   DARA_HD int missing_rewards() const { return 4; }
   DARA_HD int negative_lengths() const { return 5; }
-  DARA_HD int active(int k) const { return 6 + k; }
-  DARA_HD int energy(int k) const { return 6 + K + k; }
-  DARA_HD int raw_count(int k) const { return 6 + 2 * K + k; }
-  DARA_HD int raw_sum(int k) const { return 6 + 3 * K + k; }
-  DARA_HD int raw_sum_sq(int k) const { return 6 + 4 * K + k; }
-  DARA_HD int group_weight(int k) const { return 6 + 5 * K + k; }
-  DARA_HD int signal(int c) const { return 6 + 6 * K + c; }
-  DARA_HD int token_signal(int c) const { return 6 + 6 * K + C + c; }
-  DARA_HD int cross(int c, int d) const { return 6 + 6 * K + 2 * C + c * C + d; }
-  DARA_HD int token_cross(int c, int d) const { return 6 + 6 * K + 2 * C + C * C + c * C + d; }
-  DARA_HD int size() const { return 6 + 6 * K + 2 * C + 2 * C * C; }
+  DARA_HD int informative_groups() const { return 6; }
+  DARA_HD int sum_informative_groups() const { return 7; }
+  DARA_HD int conflict_groups() const { return 8; }
+  DARA_HD int active(int k) const { return 9 + k; }
+  DARA_HD int energy(int k) const { return 9 + K + k; }
+  DARA_HD int raw_count(int k) const { return 9 + 2 * K + k; }
+  DARA_HD int raw_sum(int k) const { return 9 + 3 * K + k; }
+  DARA_HD int raw_sum_sq(int k) const { return 9 + 4 * K + k; }
+  DARA_HD int group_weight(int k) const { return 9 + 5 * K + k; }
+  DARA_HD int signal(int c) const { return 9 + 6 * K + c; }
+  DARA_HD int token_signal(int c) const { return 9 + 6 * K + C + c; }
+  DARA_HD int cross(int c, int d) const { return 9 + 6 * K + 2 * C + c * C + d; }
+  DARA_HD int token_cross(int c, int d) const { return 9 + 6 * K + 2 * C + C * C + c * C + d; }
+  DARA_HD int size() const { return 9 + 6 * K + 2 * C + 2 * C * C; }
 
   DARA_HD int max_reward(int k) const { return k; }
   DARA_HD int max_negated_reward(int k) const { return K + k; }
@@ -155,7 +160,12 @@ enum OutputField : int {
   kOutBatchStd = 9,
   kOutKeep = 10,
   kOutQueryScale = 11,
-  kNumOutputs = 12,
+  kOutInformative = 12,
+  kOutSumInformative = 13,
+  kOutInformativeGroups = 14,
+  kOutSumInformativeGroups = 15,
+  kOutConflictGroups = 16,
+  kNumOutputs = 17,
 };
 
 // The outputs by name; a binding fills one and output_at() reads it in schema order.
@@ -173,6 +183,11 @@ struct OutputsOf {
   T batch_std;
   T keep;
   T query_scale;
+  T informative;
+  T sum_informative;
+  T informative_groups;
+  T sum_informative_groups;
+  T conflict_groups;
 };
 
 template <typename T>
@@ -200,8 +215,18 @@ const T& output_at(const OutputsOf<T>& o, int field) {
       return o.batch_std;
     case kOutKeep:
       return o.keep;
-    default:
+    case kOutQueryScale:
       return o.query_scale;
+    case kOutInformative:
+      return o.informative;
+    case kOutSumInformative:
+      return o.sum_informative;
+    case kOutInformativeGroups:
+      return o.informative_groups;
+    case kOutSumInformativeGroups:
+      return o.sum_informative_groups;
+    default:
+      return o.conflict_groups;
   }
 }
 
@@ -212,7 +237,9 @@ constexpr const char* kFusedAdvantageSchema =
     "Tensor? extrema, float[] options) -> ("
     "Tensor advantages, Tensor token_advantages, Tensor density, Tensor weights, "
     "Tensor energy, Tensor weighted_energy, Tensor active_groups, Tensor num_groups, "
-    "Tensor batch_mean, Tensor batch_std, Tensor keep, Tensor query_scale)";
+    "Tensor batch_mean, Tensor batch_std, Tensor keep, Tensor query_scale, "
+    "Tensor informative, Tensor sum_informative, Tensor informative_groups, Tensor sum_informative_groups, "
+    "Tensor conflict_groups)";
 constexpr const char* kAccumulateSchema =
     "accumulate(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "
     "Tensor? response_mask, Tensor? response_lengths, float[] options) "

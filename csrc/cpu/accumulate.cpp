@@ -75,8 +75,17 @@ class Group {
   // docs/spec.md#group-statistics into the table; the group's counts, raw
   // sums and bad entries into acc / extrema.
   void statistics(GroupTable& table, double* acc, double* extrema) const {
+    // The weighted summed reward (GRPO's column, every method's signal test)
+    // in the same two passes: its rows are the ones in cache.
     double count[N] = {}, sum[N] = {}, mean[N], row[N], dev[N] = {};
-    for (int64_t i = 0; i < n_; ++i) add_row_sums<KT>(load(i, row), K(), o_, count, sum);
+    double sum_count = 0.0, sum_total = 0.0, sum_dev = 0.0;
+    for (int64_t i = 0; i < n_; ++i) {
+      add_row_sums<KT>(load(i, row), K(), o_, count, sum);
+      bool scorable;
+      const double rsum = row_reward_sum<KT>(row, K(), o_, a_.base, &scorable);
+      sum_count += scorable ? 1.0 : 0.0;
+      sum_total += scorable ? rsum : 0.0;
+    }
     double entries = 0.0;
     for (int k = 0; k < K(); ++k) {
       mean[k] = count[k] > 0.0 ? sum[k] / count[k] : 0.0;
@@ -85,16 +94,24 @@ class Group {
       if (!(sum[k] - sum[k] == 0.0)) acc[L_.infinite_rewards()] += infinite_entries(k);
     }
     const double missing = static_cast<double>(n_ * K()) - entries;
-    for (int64_t i = 0; i < n_; ++i) add_row_deviations<KT>(load(i, row), K(), o_, mean, dev);
+    const double sum_mean = sum_count > 0.0 ? sum_total / sum_count : 0.0;
+    for (int64_t i = 0; i < n_; ++i) {
+      add_row_deviations<KT>(load(i, row), K(), o_, mean, dev);
+      bool scorable;
+      const double d = row_reward_sum<KT>(row, K(), o_, a_.base, &scorable) - sum_mean;
+      sum_dev += scorable ? d * d : 0.0;
+    }
     if (o_.raw_extremes()) add_raw_extremes(acc, extrema);
     double spread[N];  // b_k sigma_gk: DVAO's unnormalised group weight
     double spread_total = 0.0;
+    bool any_active = false;
     for (int k = 0; k < K(); ++k) {
       const ColumnStats c = finish_column(count[k], mean[k], dev[k], o_);
       table.mean[g_ * K() + k] = c.mean;
       table.scale[g_ * K() + k] = c.scale;
       spread[k] = a_.base[k] * c.std;
       spread_total += spread[k];
+      any_active |= c.active != 0.0;
       acc[L_.active(k)] += c.active;
       acc[L_.raw_count(k)] += count[k];
       acc[L_.raw_sum(k)] += sum[k];
@@ -106,7 +123,14 @@ class Group {
         acc[L_.group_weight(k)] += w;
       }
     }
-    if (o_.summed_reward()) summed_statistics(table);
+    const ColumnStats summed = finish_column(sum_count, sum_mean, sum_dev, o_);
+    if (o_.summed_reward()) {
+      table.sum_mean[g_] = summed.mean;
+      table.sum_scale[g_] = summed.scale;
+    }
+    const unsigned signal = group_signal(any_active, summed.active != 0.0, o_);
+    table.signal[g_] = static_cast<uint8_t>(signal);
+    add_group_signal(signal, L_, acc);
     acc[L_.missing_rewards()] += missing;
     acc[L_.groups()] += 1.0;
   }
@@ -126,11 +150,13 @@ class Group {
     }
     const GroupRefOf<double> group{mean, scale, stored.weight ? weight : nullptr, stored.sum_mean, stored.sum_scale};
     const int C = t.C;
+    // A group that no_signal="zero" takes out adds no row to the batch statistics.
+    const bool counted = !(table.signal[g_] & kZeroed);
     double kept = 0.0;
     for (int64_t i = 0; i < n_; ++i) {
       double row[N], a[N], y[NC];
       const RowSignal rs = row_signal<KT, M>(load(i, row), K(), o_, a_.base, group, a, y);
-      const bool in = rs.keep && rs.scorable;
+      const bool in = rs.keep && rs.scorable && counted;
       kept += rs.keep ? 1.0 : 0.0;
       for (int k = 0; k < K(); ++k) t.energy[k] += a[k] * a[k];
       if (!in) continue;
@@ -149,26 +175,6 @@ class Group {
   int K() const { return KT > 0 ? KT : L_.K; }
 
   const double* load(int64_t i, double* row) const { return load_row<KT>(rewards_, begin_ + i, K(), row); }
-
-  // GRPO: the statistics of the summed column sum_k b_k r_jk.
-  void summed_statistics(GroupTable& table) const {
-    double row[N], count = 0.0, total = 0.0, dev = 0.0;
-    for (int64_t i = 0; i < n_; ++i) {
-      bool scorable;
-      const double rsum = row_reward_sum<KT>(load(i, row), K(), o_, a_.base, &scorable);
-      count += scorable ? 1.0 : 0.0;
-      total += scorable ? rsum : 0.0;
-    }
-    const double mean = count > 0.0 ? total / count : 0.0;
-    for (int64_t i = 0; i < n_; ++i) {
-      bool scorable;
-      const double d = row_reward_sum<KT>(load(i, row), K(), o_, a_.base, &scorable) - mean;
-      dev += scorable ? d * d : 0.0;
-    }
-    const ColumnStats c = finish_column(count, mean, dev, o_);
-    table.sum_mean[g_] = c.mean;
-    table.sum_scale[g_] = c.scale;
-  }
 
   double infinite_entries(int k) const {
     double row[N], found = 0.0;

@@ -1,6 +1,7 @@
 // Accumulate: one pass over the groups, in fixed chunks of groups. A
-// group's statistics take two passes over its rows (core/group_math.h; GRPO's
-// summed column two more, SAW's and SA-MRPO's raw moments one), and a last
+// group's statistics take two passes over its rows (core/group_math.h; the
+// weighted summed reward's in the same two, SAW's and SA-MRPO's raw moments
+// one more), and a last
 // one adds each row's combined columns (core/row_signal.h) to the batch
 // accumulators (AccumulatorLayout); the rows stay in cache between them.
 #pragma once

@@ -19,12 +19,16 @@ void apply_group(const GroupedBatch& a, const AccumulatorLayout& L, const GroupT
   const GroupRefOf<double> group = table.ref(g);
   const double kappa = table.kappa[g];
   const double factor = (o.apply_query_scale ? kappa : 1.0) * args.scale;
+  const unsigned signal = table.signal[g];
+  const bool any = signal & kAnyActive, sum = signal & kSumActive, zeroed = signal & kZeroed;
   for (int64_t p = layout.begin(g); p < layout.end(g); ++p) {
     const RowSignal rs = row_signal<KT, M>(load_row<KT>(rewards, p, K, row), K, o, a.base, group, reward_a, column_a);
-    out.advantages[p * out.stride] =
-        static_cast<float>(row_advantage<CT>(rs, column_a, L.C, args.combine, args.shift, factor));
+    const double value = row_advantage<CT>(rs, column_a, L.C, args.combine, args.shift, factor);
+    out.advantages[p * out.stride] = zeroed ? 0.0f : static_cast<float>(value);
     out.keep[p] = rs.keep;
     out.query_scale[p * out.stride] = static_cast<float>(kappa);
+    out.informative[p] = any;
+    out.sum_informative[p] = sum;
   }
 }
 
@@ -38,20 +42,22 @@ void apply(const GroupedBatch& a, const AccumulatorLayout& L, const GroupTable& 
   dispatch_rows(a.rewards, *a.options, [&](auto kt, auto mode, const auto* rewards) {
     constexpr int KT = decltype(kt)::value;
     constexpr Columns M = decltype(mode)::value;
-    for_each_chunk(groups, kGroupsPerChunk, rows * (L.K * 8 + 9), [&](int64_t, int64_t g0, int64_t g1) {
+    for_each_chunk(groups, kGroupsPerChunk, rows * (L.K * 8 + 11), [&](int64_t, int64_t g0, int64_t g1) {
       for (int64_t g = g0; g < g1; ++g) apply_group<KT, M>(a, L, table, args, rewards, g, out);
     });
   });
 }
 
 void to_input_order(const CpuApplyOutputs& grouped, const int64_t* positions, int64_t n, const CpuApplyOutputs& out) {
-  // A row moves its position and 17 bytes of outputs (read and written).
-  at::parallel_for(0, n, kBytesPerThread / 25, [&](int64_t j0, int64_t j1) {
+  // A row moves its position and 21 bytes of outputs (read and written).
+  at::parallel_for(0, n, kBytesPerThread / 29, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t p = positions[j];
       out.advantages[j] = grouped.advantages[p * grouped.stride];
       out.keep[j] = grouped.keep[p];
       out.query_scale[j] = grouped.query_scale[p * grouped.stride];
+      out.informative[j] = grouped.informative[p];
+      out.sum_informative[j] = grouped.sum_informative[p];
     }
   });
 }

@@ -16,11 +16,14 @@ struct ApplyArgs {
 };
 
 // Row j's advantage is advantages[j * stride], its query scale
-// query_scale[j * stride] and its flag keep[j].
+// query_scale[j * stride], its flag keep[j] and its group's signal flags
+// informative[j] and sum_informative[j].
 struct CpuApplyOutputs {
   float* advantages;
   bool* keep;
   float* query_scale;
+  bool* informative;
+  bool* sum_informative;
   int64_t stride = 1;
 };
 

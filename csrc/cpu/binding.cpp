@@ -153,6 +153,9 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
   r.weighted_energy = at::empty({K}, f32);
   r.active_groups = at::empty({K}, i64);
   r.num_groups = at::empty({}, i64);
+  r.informative_groups = at::empty({}, i64);
+  r.sum_informative_groups = at::empty({}, i64);
+  r.conflict_groups = at::empty({}, i64);
   r.batch_mean = at::empty({}, f32);
   r.batch_std = at::empty({}, f32);
   std::vector<double> combine(p.L.C), shift_scale(2), scratch(2 * K);
@@ -166,6 +169,9 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
                             r.weighted_energy.data_ptr<float>(),
                             r.active_groups.data_ptr<int64_t>(),
                             r.num_groups.data_ptr<int64_t>(),
+                            r.informative_groups.data_ptr<int64_t>(),
+                            r.sum_informative_groups.data_ptr<int64_t>(),
+                            r.conflict_groups.data_ptr<int64_t>(),
                             r.batch_mean.data_ptr<float>(),
                             r.batch_std.data_ptr<float>(),
                             combine.data(),
@@ -175,14 +181,19 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
   r.advantages = at::empty({n}, f32);
   r.keep = at::empty({n}, at::kBool);
   r.query_scale = at::empty({n}, f32);
-  const CpuApplyOutputs out{r.advantages.data_ptr<float>(), r.keep.data_ptr<bool>(), r.query_scale.data_ptr<float>()};
+  r.informative = at::empty({n}, at::kBool);
+  r.sum_informative = at::empty({n}, at::kBool);
+  const CpuApplyOutputs out{r.advantages.data_ptr<float>(), r.keep.data_ptr<bool>(), r.query_scale.data_ptr<float>(),
+                            r.informative.data_ptr<bool>(), r.sum_informative.data_ptr<bool>()};
   const ApplyArgs apply_args{combine.data(), shift_scale[0], shift_scale[1]};
   // Stride 2 (each row's advantage beside its query scale) makes the shuffled
   // dara call 1.08x [1.00-1.16] faster than three separate arrays (N = 2^20,
   // K = 4, G = 16, 2 threads; benchmarks/compare_builds.py).
   if (p.layout.from_group_index()) {
-    const at::Tensor scores = at::empty({n, 2}, f32), keep = at::empty({n}, at::kBool);
-    const CpuApplyOutputs grouped{scores.data_ptr<float>(), keep.data_ptr<bool>(), scores.data_ptr<float>() + 1, 2};
+    const at::Tensor scores = at::empty({n, 2}, f32), flags = at::empty({3, n}, at::kBool);
+    bool* flag = flags.data_ptr<bool>();
+    const CpuApplyOutputs grouped{
+        scores.data_ptr<float>(), flag, scores.data_ptr<float>() + 1, flag + n, flag + 2 * n, 2};
     apply(p.args(), p.L, table, apply_args, grouped);
     to_input_order(grouped, p.layout.positions(), n, out);
   } else {

@@ -1,6 +1,7 @@
 // What accumulate leaves for apply, per group (docs/spec.md#group-statistics):
 // each reward's mean and scale, DVAO's group weights w_gk, GRPO's
-// summed-column mean and scale, and the GD2PO query scale kappa_g.
+// summed-column mean and scale, the GD2PO query scale kappa_g and the
+// group's signal flags (docs/spec.md#group-signal).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -16,6 +17,7 @@ struct GroupTable {
   std::vector<double> weight;               // [B, K] DVAO, else empty
   std::vector<double> sum_mean, sum_scale;  // [B] GRPO, else empty
   std::vector<double> kappa;                // [B]
+  std::vector<uint8_t> signal;              // [B] GroupSignal bits
 
   GroupTable(int64_t groups, int num_rewards, const Options& o)
       : K(num_rewards),
@@ -24,7 +26,8 @@ struct GroupTable {
         weight(o.group_weighted() ? groups * num_rewards : 0),
         sum_mean(o.summed_reward() ? groups : 0),
         sum_scale(o.summed_reward() ? groups : 0),
-        kappa(groups) {}
+        kappa(groups),
+        signal(groups) {}
 
   GroupRefOf<double> ref(int64_t g) const {
     return {mean.data() + g * K, scale.data() + g * K, weight.empty() ? nullptr : weight.data() + g * K,

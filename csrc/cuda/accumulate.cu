@@ -83,8 +83,9 @@ __device__ void accumulate_group(const CudaProblem& p, const Table& t, const dou
   int64_t begin, end;
   group_range(p, g, begin, end);
 
-  // Pass 1: each reward's valid entries (count, sum), GRPO's summed reward,
-  // SAW's and SA-MRPO's raw sums of squares and extremes.
+  // Pass 1: each reward's valid entries (count, sum), the weighted summed
+  // reward (GRPO's column, every method's signal test), SAW's and SA-MRPO's
+  // raw sums of squares and extremes.
   double count[N], sum[N], sum_sq[N];
   Real r[N], hi[N], lo[N];
   for (int k = 0; k < K; ++k) {
@@ -95,12 +96,10 @@ __device__ void accumulate_group(const CudaProblem& p, const Table& t, const dou
   for (int64_t i = begin + lane; i < end; i += 32) {
     load_row<KT>(p, row_at(p, i), K, r);
     add_row_sums<KT>(r, K, o, count, sum);
-    if (o.summed_reward()) {
-      bool scorable;
-      const double rsum = row_reward_sum<KT>(r, K, o, base, &scorable);
-      sum_count += scorable ? 1.0 : 0.0;
-      sum_total += scorable ? rsum : 0.0;
-    }
+    bool scorable;
+    const double rsum = row_reward_sum<KT>(r, K, o, base, &scorable);
+    sum_count += scorable ? 1.0 : 0.0;
+    sum_total += scorable ? rsum : 0.0;
     if (!raw_stats) continue;
     for (int k = 0; k < K; ++k) {
       const Real x = clean_reward(r[k], o);
@@ -136,19 +135,19 @@ __device__ void accumulate_group(const CudaProblem& p, const Table& t, const dou
   for (int64_t i = begin + lane; i < end; i += 32) {
     load_row<KT>(p, row_at(p, i), K, r);
     add_row_deviations<KT>(r, K, o, mean, dev);
-    if (o.summed_reward()) {
-      bool scorable;
-      const double d = row_reward_sum<KT>(r, K, o, base, &scorable) - sum_mean;
-      sum_dev += scorable ? d * d : 0.0;
-    }
+    bool scorable;
+    const double d = row_reward_sum<KT>(r, K, o, base, &scorable) - sum_mean;
+    sum_dev += scorable ? d * d : 0.0;
   }
   sum_dev = warp_sum(sum_dev);
 
   double group_mean[N], spread[N];  // spread: b_k sigma_gk, DVAO's unnormalised group weight
   Real scale[N], weight[N];
   double spread_total = 0.0;
+  bool any_active = false;
   for (int k = 0; k < K; ++k) {
     const ColumnStats s = finish_column(count[k], mean[k], warp_sum(dev[k]), o);
+    any_active |= s.active != 0.0;
     group_mean[k] = s.mean;
     scale[k] = static_cast<Real>(s.scale);
     spread[k] = base[k] * s.std;
@@ -173,14 +172,21 @@ __device__ void accumulate_group(const CudaProblem& p, const Table& t, const dou
     }
   }
   GroupRefOf<Real> group{group_mean, scale, o.group_weighted() ? weight : nullptr, 0.0, Real(0)};
+  const ColumnStats summed = finish_column(sum_count, sum_mean, sum_dev, o);
   if (o.summed_reward()) {
-    const ColumnStats s = finish_column(sum_count, sum_mean, sum_dev, o);
-    group.sum_mean = s.mean;
-    group.sum_scale = static_cast<Real>(s.scale);
+    group.sum_mean = summed.mean;
+    group.sum_scale = static_cast<Real>(summed.scale);
     if (lane == 0) {
-      t.sum_stats[2 * g] = s.mean;
-      t.sum_stats[2 * g + 1] = s.scale;
+      t.sum_stats[2 * g] = summed.mean;
+      t.sum_stats[2 * g + 1] = summed.scale;
     }
+  }
+  const unsigned group_bits = group_signal(any_active, summed.active != 0.0, o);
+  // A group that no_signal="zero" takes out adds no row to the batch statistics.
+  const bool counted = !(group_bits & kZeroed);
+  if (lane == 0) {
+    t.signal[g] = static_cast<uint8_t>(group_bits);
+    add_group_signal(group_bits, L, acc);
   }
 
   // Pass 3: each row's A_jk and combined columns (row_signal, as apply).
@@ -199,7 +205,7 @@ __device__ void accumulate_group(const CudaProblem& p, const Table& t, const dou
     const RowSignal rs = row_signal<KT>(r, K, o, base, group, reward_a, column_a);
     for (int k = 0; k < K; ++k) energy[k] += static_cast<double>(reward_a[k]) * reward_a[k];
     kept += rs.keep ? 1 : 0;
-    if (!(rs.keep && rs.scorable)) continue;
+    if (!(rs.keep && rs.scorable && counted)) continue;
     rows += 1;
     add_columns(column_a, C, 1.0, signal, cross);
     if (!token) continue;

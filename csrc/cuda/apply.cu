@@ -46,6 +46,8 @@ __global__ void apply_kernel(CudaProblem p, Table t, const double* affine, CudaA
       group.sum_scale = static_cast<Real>(t.sum_stats[2 * g + 1]);
     }
     const float kappa = t.kappa[g];
+    const unsigned signal = t.signal[g];
+    const bool any = signal & kAnyActive, sum = signal & kSumActive, zeroed = signal & kZeroed;
     const double factor = (o.apply_query_scale ? kappa : 1.0) * scale;
     for (int64_t chunk = begin; chunk < end; chunk += 32) {
       const int64_t i = chunk + lane;
@@ -56,10 +58,12 @@ __global__ void apply_kernel(CudaProblem p, Table t, const double* affine, CudaA
         load_row<KT>(p, j, K, r);
         const RowSignal rs = row_signal<KT>(r, K, o, base, group, reward_a, column_a);
         for (int c = 0; c < C; ++c) column_d[c] = column_a[c];
-        value = static_cast<float>(row_advantage<0>(rs, column_d, C, combine, shift, factor));
+        value = zeroed ? 0.0f : static_cast<float>(row_advantage<0>(rs, column_d, C, combine, shift, factor));
         out.advantages[j] = value;
         out.keep[j] = rs.keep;
         out.query_scale[j] = kappa;
+        out.informative[j] = any;
+        out.sum_informative[j] = sum;
       }
       if (!out.token_advantages) continue;
       const int rows_here = static_cast<int>(end - chunk < 32 ? end - chunk : 32);

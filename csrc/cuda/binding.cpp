@@ -134,7 +134,7 @@ Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_
 }
 
 struct Launch {
-  at::Tensor mean, scale, weight, sum_stats, kappa, partial, partial_extrema, counter, acc, extrema;
+  at::Tensor mean, scale, weight, sum_stats, kappa, signal, partial, partial_extrema, counter, acc, extrema;
   cuda::Table table;
   cuda::Reduction reduction;
   int blocks;
@@ -154,6 +154,7 @@ Launch plan(const Prepared& p, cudaStream_t stream) {
   l.weight = at::empty({o.group_weighted() ? groups * K : 1}, f64);
   l.sum_stats = at::empty({o.summed_reward() ? 2 * groups : 2}, f64);
   l.kappa = at::empty({groups}, f32);
+  l.signal = at::empty({groups}, p.rewards.options().dtype(at::kByte));
   l.partial = at::empty({l.blocks, L.size()}, f64);
   l.partial_extrema = at::empty({l.blocks, L.extrema_size()}, f64);
   // A memset rather than at::zeros' fill kernel: with the two kernels, the only device work of a call.
@@ -161,8 +162,8 @@ Launch plan(const Prepared& p, cudaStream_t stream) {
   check(cudaMemsetAsync(l.counter.data_ptr<int>(), 0, sizeof(int), stream));
   l.acc = at::empty({L.size()}, f64);
   l.extrema = at::empty({L.extrema_size()}, f64);
-  l.table = cuda::Table{l.mean.data_ptr<double>(), l.scale.data_ptr<double>(), l.weight.data_ptr<double>(),
-                        l.sum_stats.data_ptr<double>(), l.kappa.data_ptr<float>()};
+  l.table = cuda::Table{l.mean.data_ptr<double>(),      l.scale.data_ptr<double>(), l.weight.data_ptr<double>(),
+                        l.sum_stats.data_ptr<double>(), l.kappa.data_ptr<float>(),  l.signal.data_ptr<uint8_t>()};
   l.reduction = cuda::Reduction{l.partial.data_ptr<double>(),
                                 l.partial_extrema.data_ptr<double>(),
                                 reinterpret_cast<unsigned int*>(l.counter.data_ptr<int>()),
@@ -203,6 +204,8 @@ OutputTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& gro
   at::Tensor density = at::empty({K}, f32), weights = at::empty({K}, f32), energy = at::empty({K}, f32);
   at::Tensor weighted_energy = at::empty({K}, f32), active = at::empty({K}, i64);
   at::Tensor num_groups = at::empty({}, i64), batch_mean = at::empty({}, f32), batch_std = at::empty({}, f32);
+  at::Tensor informative_groups = at::empty({}, i64), sum_informative_groups = at::empty({}, i64);
+  at::Tensor conflict_groups = at::empty({}, i64);
   at::Tensor affine = at::empty({p.problem.C + 2}, rewards.options().dtype(at::kDouble));
   // All-reduced accumulators and extrema (distributed) replace the local ones in finalize.
   const AccumulatorLayout L{p.problem.K, p.problem.C};
@@ -222,16 +225,26 @@ OutputTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& gro
     l.reduction.given_extrema = given_ext.data_ptr<double>();
   }
   l.reduction.finalize = true;
-  const cuda::Results results{density.data_ptr<float>(),    weights.data_ptr<float>(),
-                              energy.data_ptr<float>(),     weighted_energy.data_ptr<float>(),
-                              active.data_ptr<int64_t>(),   num_groups.data_ptr<int64_t>(),
-                              batch_mean.data_ptr<float>(), batch_std.data_ptr<float>(),
-                              affine.data_ptr<double>(),    affine.data_ptr<double>() + p.problem.C};
+  const cuda::Results results{density.data_ptr<float>(),
+                              weights.data_ptr<float>(),
+                              energy.data_ptr<float>(),
+                              weighted_energy.data_ptr<float>(),
+                              active.data_ptr<int64_t>(),
+                              num_groups.data_ptr<int64_t>(),
+                              informative_groups.data_ptr<int64_t>(),
+                              sum_informative_groups.data_ptr<int64_t>(),
+                              conflict_groups.data_ptr<int64_t>(),
+                              batch_mean.data_ptr<float>(),
+                              batch_std.data_ptr<float>(),
+                              affine.data_ptr<double>(),
+                              affine.data_ptr<double>() + p.problem.C};
   check(cuda::launch_accumulate(p.problem, l.table, l.reduction, results, l.blocks, stream));
 
   at::Tensor advantages = at::empty({n}, f32);
   at::Tensor keep = at::empty({n}, rewards.options().dtype(at::kBool));
   at::Tensor query_scale = at::empty({n}, f32);
+  at::Tensor informative = at::empty({n}, rewards.options().dtype(at::kBool));
+  at::Tensor sum_informative = at::empty({n}, rewards.options().dtype(at::kBool));
   at::Tensor token = at::empty({0}, f32), mask;
   if (response_mask.has_value()) {
     mask = response_mask->contiguous();
@@ -240,6 +253,8 @@ OutputTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& gro
   const cuda::CudaApplyOutputs out{advantages.data_ptr<float>(),
                                    keep.data_ptr<bool>(),
                                    query_scale.data_ptr<float>(),
+                                   informative.data_ptr<bool>(),
+                                   sum_informative.data_ptr<bool>(),
                                    mask.defined() ? token.data_ptr<float>() : nullptr,
                                    mask.defined() ? mask.data_ptr() : nullptr,
                                    mask.defined() ? dtype_of(mask.scalar_type()) : cuda::DType::kBool,
@@ -256,7 +271,12 @@ OutputTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& gro
                                        .batch_mean = batch_mean,
                                        .batch_std = batch_std,
                                        .keep = keep,
-                                       .query_scale = query_scale});
+                                       .query_scale = query_scale,
+                                       .informative = informative,
+                                       .sum_informative = sum_informative,
+                                       .informative_groups = informative_groups,
+                                       .sum_informative_groups = sum_informative_groups,
+                                       .conflict_groups = conflict_groups});
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ struct Table {
   double* weight;     // [B, K] DVAO only
   double* sum_stats;  // [B, 2] GRPO only: the summed column's mean and scale
   float* kappa;       // [B]
+  uint8_t* signal;    // [B] GroupSignal bits (core/group_math.h)
 };
 
 struct Reduction {
@@ -64,6 +65,8 @@ struct CudaApplyOutputs {
   float* advantages;
   bool* keep;
   float* query_scale;
+  bool* informative;
+  bool* sum_informative;
   float* token_advantages;  // [N, T] or nullptr
   const void* mask;
   DType mask_dtype;

@@ -7,15 +7,26 @@ import triton
 import triton.language as tl
 
 from . import wire
-from .common import finish_column, group_bounds, load_tile, row_columns, row_reward_sum
+from .common import (
+    ANY_ACTIVE,
+    SUM_ACTIVE,
+    ZEROED,
+    finish_column,
+    group_bounds,
+    group_signal,
+    load_tile,
+    row_columns,
+    row_reward_sum,
+)
 
 
 @triton.jit
 def accumulate_kernel(
     rewards_ptr, rows_ptr, offsets_ptr, num_groups_ptr, base_ptr, token_ptr,
-    mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, partial_ptr, extrema_ptr,
+    mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, signal_ptr, partial_ptr, extrema_ptr,
     K, C, group_size, has_token,
     method, eps, active_tol, nan_to_zero, unbiased, scale_by_std, singleton_verl, calibration_positive, rvpo_k,
+    no_signal_zero,
     HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -33,6 +44,9 @@ def accumulate_kernel(
     zero_k = tl.zeros([BLOCK_K], dtype=tl.float64)
     zero = tl.full((), 0.0, tl.float64)
     groups = zero
+    informative_groups = zero
+    sum_informative_groups = zero
+    conflict_groups = zero
     rows = zero
     token_total = zero
     infinite_v = zero_k
@@ -66,10 +80,10 @@ def accumulate_kernel(
             count += tl.sum(valid.to(tl.float64), 0)
             total += tl.sum(xv, 0)
             infinite_v += tl.sum((valid & (tl.abs(x) == float("inf"))).to(tl.float64), 0)
-            if combined:
-                scorable = tl.sum(valid.to(tl.int32), 1) > 0
-                sum_count += tl.sum(scorable.to(tl.float64), 0)
-                sum_total += tl.sum(row_reward_sum(x, valid, base), 0)
+            # The weighted summed reward (GRPO's column, every method's signal test).
+            scorable = tl.sum(valid.to(tl.int32), 1) > 0
+            sum_count += tl.sum(scorable.to(tl.float64), 0)
+            sum_total += tl.sum(row_reward_sum(x, valid, base), 0)
             if raw:
                 sum_sq_v += tl.sum(xv * xv, 0)
                 max_v = tl.maximum(max_v, tl.max(tl.where(valid, x, float("-inf")), 0))
@@ -85,10 +99,9 @@ def accumulate_kernel(
                                              HAS_INDEX, BLOCK_R)
             d = tl.where(valid, x - mean[None, :], 0.0)
             dev += tl.sum(d * d, 0)
-            if combined:
-                scorable = tl.sum(valid.to(tl.int32), 1) > 0
-                dr = row_reward_sum(x, valid, base) - sum_mean
-                sum_dev += tl.sum(tl.where(scorable, dr * dr, 0.0), 0)
+            scorable = tl.sum(valid.to(tl.int32), 1) > 0
+            dr = row_reward_sum(x, valid, base) - sum_mean
+            sum_dev += tl.sum(tl.where(scorable, dr * dr, 0.0), 0)
         mean, std, scale, active = finish_column(count, mean, dev, eps, active_tol,
                                                  unbiased, scale_by_std, singleton_verl)
         # The row formulas use the float32 scale apply reads back from the table.
@@ -107,24 +120,31 @@ def accumulate_kernel(
             weight = dvao_weight.to(tl.float32)
             tl.store(weight_ptr + g * K + kr, weight, mask=kmask)
             weight_v += dvao_weight
+        sum_mean, sum_std, sum_scale64, sum_active = finish_column(
+            sum_count, sum_mean, sum_dev, eps, active_tol, unbiased, scale_by_std, singleton_verl)
         sum_scale = no_scale
         if combined:
-            sum_mean, sum_std, sum_scale64, sum_active = finish_column(
-                sum_count, sum_mean, sum_dev, eps, active_tol, unbiased, scale_by_std, singleton_verl)
             sum_scale = sum_scale64.to(tl.float32)
             tl.store(sum_stats_ptr + 2 * g, sum_mean)
             tl.store(sum_stats_ptr + 2 * g + 1, sum_scale.to(tl.float64))
+        signal = group_signal(tl.sum(active.to(tl.int32), 0) > 0, sum_active, combined, no_signal_zero)
+        tl.store(signal_ptr + g, signal.to(tl.int8))
+        informative_groups += ((signal & ANY_ACTIVE) != 0).to(tl.float64)
+        sum_informative_groups += ((signal & SUM_ACTIVE) != 0).to(tl.float64)
+        conflict_groups += ((signal & (ANY_ACTIVE | SUM_ACTIVE)) == ANY_ACTIVE).to(tl.float64)
+        counted = (signal & ZEROED) == 0
         groups += 1.0
         kept = size.to(tl.float32)
         for r0 in range(begin, end, BLOCK_R):
             x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, kmask, K, method, positive, rvpo_k)
+                                                 kk, kmask, K, method, positive, rvpo_k,
+                                                 BLOCK_K > wire.MAX_REWARDS)
             energy_v += tl.sum(a * a, 0).to(tl.float64)
             if drops:
                 kept -= tl.sum((~keep & rmask).to(tl.float32), 0)
-            selected = keep & scorable & rmask
+            selected = keep & scorable & rmask & counted
             # The column sums and products in double: finalize takes the batch
             # variance as a difference of these sums, which cancels when the
             # batch has little spread (in float: 5.6e-4 of batch_std where it is 0).
@@ -149,6 +169,9 @@ def accumulate_kernel(
     tl.store(out + wire.missing_rewards_at(K, C) + kk, tl.sum(missing_v, 0) + zero_k, mask=first)
     # The Python distributed driver counts negative lengths into this slot.
     tl.store(out + wire.negative_lengths_at(K, C) + kk, zero_k, mask=first)
+    tl.store(out + wire.informative_groups_at(K, C) + kk, informative_groups + zero_k, mask=first)
+    tl.store(out + wire.sum_informative_groups_at(K, C) + kk, sum_informative_groups + zero_k, mask=first)
+    tl.store(out + wire.conflict_groups_at(K, C) + kk, conflict_groups + zero_k, mask=first)
     tl.store(out + wire.active_at(K, C) + kr, active_v, mask=kmask)
     tl.store(out + wire.energy_at(K, C) + kr, energy_v, mask=kmask)
     tl.store(out + wire.raw_count_at(K, C) + kr, count_v, mask=kmask)

@@ -6,14 +6,14 @@ import triton
 import triton.language as tl
 
 from . import wire
-from .common import group_bounds, load_tile, row_columns
+from .common import ANY_ACTIVE, SUM_ACTIVE, ZEROED, group_bounds, load_tile, row_columns
 
 
 @triton.jit
 def apply_kernel(
     rewards_ptr, rows_ptr, offsets_ptr, num_groups_ptr, base_ptr,
-    mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, affine_ptr,
-    advantages_ptr, keep_ptr, query_scale_ptr,
+    mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, signal_ptr, affine_ptr,
+    advantages_ptr, keep_ptr, query_scale_ptr, informative_ptr, sum_informative_ptr,
     K, C, group_size, method, nan_to_zero, apply_query_scale, calibration_positive, rvpo_k,
     HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
@@ -37,14 +37,21 @@ def apply_kernel(
         sum_mean = tl.load(sum_stats_ptr + 2 * g, mask=combined, other=0.0)
         sum_scale = tl.load(sum_stats_ptr + 2 * g + 1, mask=combined, other=0.0).to(tl.float32)
         kappa = tl.load(kappa_ptr + g)
+        signal = tl.load(signal_ptr + g).to(tl.int32)
+        any_active = (signal & ANY_ACTIVE) != 0
+        sum_active = (signal & SUM_ACTIVE) != 0
+        counted = (signal & ZEROED) == 0
         factor = tl.where(apply_query_scale != 0, batch_scale * kappa, batch_scale)
         for r0 in range(begin, end, BLOCK_R):
             x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, kmask, K, method, positive, rvpo_k)
+                                                 kk, kmask, K, method, positive, rvpo_k,
+                                                 BLOCK_K > wire.MAX_REWARDS)
             s = tl.sum(col * combine[None, :], 1)
-            value = tl.where(keep & scorable, (s - shift) * factor, 0.0)
+            value = tl.where(keep & scorable & counted, (s - shift) * factor, 0.0)
             tl.store(advantages_ptr + idx, value, mask=rmask)
             tl.store(keep_ptr + idx, keep, mask=rmask)
             tl.store(query_scale_ptr + idx, kappa + value * 0.0, mask=rmask)
+            tl.store(informative_ptr + idx, rmask & any_active, mask=rmask)
+            tl.store(sum_informative_ptr + idx, rmask & sum_active, mask=rmask)

@@ -67,6 +67,21 @@ def finish_column(count, mean, dev, eps, active_tol, unbiased, scale_by_std, sin
     return mean, std, scale, active
 
 
+# A group's signal bits (docs/spec.md#group-signal), as csrc/core/group_math.h's GroupSignal.
+ANY_ACTIVE = tl.constexpr(1)
+SUM_ACTIVE = tl.constexpr(2)
+ZEROED = tl.constexpr(4)
+
+
+@triton.jit
+def group_signal(any_active, sum_active, summed_reward, no_signal_zero):
+    """Some reward active; the weighted summed reward varies; and whether
+    no_signal="zero" takes the group out (GRPO's own signal is its sum)."""
+    signal = tl.where(summed_reward, sum_active, any_active)
+    return (tl.where(any_active, ANY_ACTIVE, 0) | tl.where(sum_active, SUM_ACTIVE, 0)
+            | tl.where((no_signal_zero != 0) & ~signal, ZEROED, 0))
+
+
 @triton.jit
 def row_reward_sum(x, valid, base):
     """GRPO's summed reward sum_k b_k r_jk over each row's valid entries, in
@@ -75,38 +90,62 @@ def row_reward_sum(x, valid, base):
 
 
 @triton.jit
-def soft_minimum(a, base, kmask, K, rvpo_k):
-    """RVPO's -(1/k) ln((1/K) sum_k exp(-k z_jk)), z_jk = b_k A_jk, per row, in
-    float64, shifted by the row's minimum so that no exponent is positive (k =
-    1e3 overflows nothing); float64 keeps the small-k limit (the mean of the
-    z_jk) that exp and log would cancel in float32."""
-    z = a.to(tl.float64) * base[None, :]
-    low = tl.min(tl.where(kmask[None, :], z, float("inf")), 1)
-    terms = tl.where(kmask[None, :], tl.exp(-rvpo_k * (z - low[:, None])), 0.0)
-    return low - tl.log(tl.sum(terms, 1) / K) / rvpo_k
+def _expm1(x):
+    """e^x - 1 without the cancellation of exp(x) - 1 near 0: its series for
+    |x| < 0.1 (next term 1.4e-8 of x), Triton's interpreter having no libdevice."""
+    series = x * (1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x * (1.0 / 120.0)))))
+    return tl.where(tl.abs(x) < 0.1, series, tl.exp(x) - 1.0)
 
 
 @triton.jit
-def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, kmask, K, method, positive, rvpo_k):
+def _log1p(t):
+    """ln(1 + t) without the cancellation of log(1 + t) near 0: its series for
+    |t| < 0.05 (next term 5e-8 of t)."""
+    series = t * (1.0 - t * (0.5 - t * (1.0 / 3.0 - t * (0.25 - t * (0.2 - t * (1.0 / 6.0))))))
+    return tl.where(tl.abs(t) < 0.05, series, tl.log(1.0 + t))
+
+
+@triton.jit
+def soft_minimum(a, base, kmask, K, rvpo_k):
+    """RVPO's -(1/k) ln((1/K) sum_k exp(-k z_jk)), z_jk = b_k A_jk, per row, as
+    m - log1p((1/K) sum_k expm1(-k (z_jk - m))) / k with m = min_k z_jk (as
+    csrc/core/row_signal.h): no exponent is positive (k = 1e3 overflows
+    nothing), and the small-k limit, the mean of the z_jk, keeps its digits.
+    float32: float64 exp and log made 12 kernel variants spill."""
+    z = a * base.to(tl.float32)[None, :]
+    low = tl.min(tl.where(kmask[None, :], z, float("inf")), 1)
+    terms = tl.where(kmask[None, :], _expm1(-rvpo_k * (z - low[:, None])), 0.0)
+    return low - _log1p(tl.sum(terms, 1) / K) / rvpo_k
+
+
+@triton.jit
+def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, kmask, K, method, positive, rvpo_k,
+                WIDE: tl.constexpr):
     """Per-reward A_jk, the row's combined columns by lane and each row's
     scorable/keep flags (docs/spec.md#aggregation). x, mean, base and sum_mean
     are float64; each difference from a mean is taken there and then rounded
     to float32. A method's own work sits behind its runtime predicate
-    (wire.METHOD_PREDICATES)."""
+    (wire.METHOD_PREDICATES). WIDE: a tile of more than MAX_REWARDS lanes,
+    which only positive calibration's K + 1 columns need; its methods (dara,
+    static) take none of the other methods' row work, so it is left out there
+    (with it, the 32-lane accumulate spilled)."""
     a = tl.where(valid, (x - mean[None, :]).to(tl.float32) * scale[None, :], 0.0)
     scorable = tl.sum(valid.to(tl.int32), 1) > 0
     keep = tl.full(scorable.shape, True, tl.int1)
-    if wire.drops_conflicts(method):
-        has_positive = tl.sum((a > 0.0).to(tl.int32), 1) > 0
-        has_negative = tl.sum((a < 0.0).to(tl.int32), 1) > 0
-        keep = ~(has_positive & has_negative)
-    col = tl.where(wire.group_weighted(method), a * weight[None, :], a)
+    col = a
     first = kk[None, :] == 0
+    if not WIDE:
+        if wire.drops_conflicts(method):
+            has_positive = tl.sum((a > 0.0).to(tl.int32), 1) > 0
+            has_negative = tl.sum((a < 0.0).to(tl.int32), 1) > 0
+            keep = ~(has_positive & has_negative)
+        col = tl.where(wire.group_weighted(method), a * weight[None, :], a)
     if positive != 0:
         col = tl.where(first, tl.sum(a, 1)[:, None], tl.maximum(a, 0.0))
-    if wire.summed_reward(method):
-        summed = tl.where(scorable, (row_reward_sum(x, valid, base) - sum_mean).to(tl.float32) * sum_scale, 0.0)
-        col = tl.where(first, summed[:, None], 0.0)
-    if wire.soft_minimum(method):
-        col = tl.where(first, soft_minimum(a, base, kmask, K, rvpo_k).to(tl.float32)[:, None], 0.0)
+    if not WIDE:
+        if wire.summed_reward(method):
+            summed = tl.where(scorable, (row_reward_sum(x, valid, base) - sum_mean).to(tl.float32) * sum_scale, 0.0)
+            col = tl.where(first, summed[:, None], 0.0)
+        if wire.soft_minimum(method):
+            col = tl.where(first, soft_minimum(a, base, kmask, K, rvpo_k)[:, None], 0.0)
     return a, col, scorable, keep

@@ -124,6 +124,7 @@ def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, values: dict
         weight=torch.empty(groups * k if traits.columns == "group_weighted" else 1, **f32),
         sum_stats=torch.empty(2 * groups if traits.columns == "summed" else 2, **f64),
         kappa=torch.empty(groups, **f32),
+        signal=torch.empty(groups, dtype=torch.int8, device=device),
     )
     partial = torch.empty(programs, m, dtype=torch.float64, device=device)
     extrema = torch.empty(programs, e, dtype=torch.float64, device=device)
@@ -136,7 +137,8 @@ def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, values: dict
         offsets_ptr=layout.offsets if layout.offsets is not None else unused, num_groups_ptr=layout.num_groups,
         base_ptr=inputs.reward_weights, token_ptr=token if token is not None else no_token,
         mean_ptr=table["mean"], scale_ptr=table["scale"], weight_ptr=table["weight"],
-        sum_stats_ptr=table["sum_stats"], kappa_ptr=table["kappa"], partial_ptr=partial, extrema_ptr=extrema,
+        sum_stats_ptr=table["sum_stats"], kappa_ptr=table["kappa"], signal_ptr=table["signal"], partial_ptr=partial,
+        extrema_ptr=extrema,
         group_size=layout.group_size, has_token=int(token is not None))
     run(accumulate_kernel, (programs,), *bind(accumulate_kernel, values),
         HAS_INDEX=inputs.group_index is not None, **_blocks(values["lanes"]),
@@ -169,7 +171,8 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
     density, weights = torch.empty(k, **f32), torch.empty(k, **f32)
     energy, weighted_energy = torch.empty(k, **f32), torch.empty(k, **f32)
     active = torch.empty(k, dtype=torch.int64, device=device)
-    num_groups = torch.empty((), dtype=torch.int64, device=device)
+    counts = {name: torch.empty((), dtype=torch.int64, device=device)
+              for name in ("num_groups", "informative_groups", "sum_informative_groups", "conflict_groups")}
     batch_mean, batch_std = torch.empty((), **f32), torch.empty((), **f32)
     affine = torch.empty(c + 2, dtype=torch.float64, device=device)
     bounds = inputs.reward_bounds
@@ -177,7 +180,9 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
         partial_ptr=partial, extrema_ptr=local_extrema, programs=partial.shape[0],
         base_ptr=inputs.reward_weights, bounds_ptr=bounds if bounds is not None else affine,
         density_ptr=density, weights_ptr=weights, energy_ptr=energy, weighted_energy_ptr=weighted_energy,
-        active_ptr=active, group_count_ptr=num_groups, batch_mean_ptr=batch_mean, batch_std_ptr=batch_std,
+        active_ptr=active, group_count_ptr=counts["num_groups"], informative_groups_ptr=counts["informative_groups"],
+        sum_informative_groups_ptr=counts["sum_informative_groups"], conflict_groups_ptr=counts["conflict_groups"],
+        batch_mean_ptr=batch_mean, batch_std_ptr=batch_std,
         affine_ptr=affine, has_bounds=int(bounds is not None))
     run(finalize_kernel, (1,), *bind(finalize_kernel, values), BLOCK_K=block_k(values["lanes"]),
         num_warps=FINALIZE_WARPS)
@@ -185,7 +190,10 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
     advantages = torch.empty(n, **f32)
     keep = torch.empty(n, dtype=torch.bool, device=device)
     query_scale = torch.empty(n, **f32)
-    values.update(advantages_ptr=advantages, keep_ptr=keep, query_scale_ptr=query_scale)
+    informative = torch.empty(n, dtype=torch.bool, device=device)
+    sum_informative = torch.empty(n, dtype=torch.bool, device=device)
+    values.update(advantages_ptr=advantages, keep_ptr=keep, query_scale_ptr=query_scale, informative_ptr=informative,
+                  sum_informative_ptr=sum_informative)
     run(apply_kernel, (_programs(layout, device),), *bind(apply_kernel, values),
         HAS_INDEX=inputs.group_index is not None, **_blocks(values["lanes"]),
         num_warps=APPLY_WARPS, maxnreg=APPLY_REGISTERS)
@@ -195,5 +203,6 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
         token_advantages = torch.mul(advantages.unsqueeze(1), mask, out=torch.empty(mask.shape, **f32))
     return AdvantageOutput(
         advantages=advantages, token_advantages=token_advantages, density=density, weights=weights,
-        energy=energy, weighted_energy=weighted_energy, active_groups=active, num_groups=num_groups,
-        batch_mean=batch_mean, batch_std=batch_std, keep=keep, query_scale=query_scale)
+        energy=energy, weighted_energy=weighted_energy, active_groups=active, batch_mean=batch_mean,
+        batch_std=batch_std, keep=keep, query_scale=query_scale, informative=informative,
+        sum_informative=sum_informative, **counts)

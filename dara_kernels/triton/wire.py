@@ -81,58 +81,73 @@ def negative_lengths_at(K, C):
 
 
 @triton.jit
-def active_at(K, C):
+def informative_groups_at(K, C):
     return 6
 
 
 @triton.jit
+def sum_informative_groups_at(K, C):
+    return 7
+
+
+@triton.jit
+def conflict_groups_at(K, C):
+    return 8
+
+
+@triton.jit
+def active_at(K, C):
+    return 9
+
+
+@triton.jit
 def energy_at(K, C):
-    return 6 + K
+    return 9 + K
 
 
 @triton.jit
 def raw_count_at(K, C):
-    return 6 + 2 * K
+    return 9 + 2 * K
 
 
 @triton.jit
 def raw_sum_at(K, C):
-    return 6 + 3 * K
+    return 9 + 3 * K
 
 
 @triton.jit
 def raw_sum_sq_at(K, C):
-    return 6 + 4 * K
+    return 9 + 4 * K
 
 
 @triton.jit
 def group_weight_at(K, C):
-    return 6 + 5 * K
+    return 9 + 5 * K
 
 
 @triton.jit
 def signal_at(K, C):
-    return 6 + 6 * K
+    return 9 + 6 * K
 
 
 @triton.jit
 def token_signal_at(K, C):
-    return 6 + 6 * K + C
+    return 9 + 6 * K + C
 
 
 @triton.jit
 def cross_at(K, C):
-    return 6 + 6 * K + 2 * C
+    return 9 + 6 * K + 2 * C
 
 
 @triton.jit
 def token_cross_at(K, C):
-    return 6 + 6 * K + 2 * C + C * C
+    return 9 + 6 * K + 2 * C + C * C
 
 
 @triton.jit
 def accumulator_size(K, C):
-    return 6 + 6 * K + 2 * C + 2 * C * C
+    return 9 + 6 * K + 2 * C + 2 * C * C
 
 
 @triton.jit

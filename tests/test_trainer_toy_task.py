@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from trainer.config import TaskConfig
-from trainer.tasks import Prompt, Response
-from trainer.tasks.toy import ToyTask
+from dara_train.config import TaskConfig
+from dara_train.tasks import Prompt, Response
+from dara_train.tasks.toy import ToyTask
 
 NAMES = ["correct", "format", "length"]
 

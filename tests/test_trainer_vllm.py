@@ -19,9 +19,9 @@ LONG = random_text(0, 600)
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from trainer.config import ModelConfig
-    from trainer.model import build_policy, save_for_inference
-    from trainer.rollout import VLLMEngine
+    from dara_train.config import ModelConfig
+    from dara_train.model import build_policy, save_for_inference
+    from dara_train.rollout import VLLMEngine
 
     initial, tokenizer = build_policy(ModelConfig(seed=0))
     engine = VLLMEngine(save_for_inference(initial, tokenizer, tmp_path_factory.mktemp("model")), tokenizer,
@@ -31,9 +31,9 @@ def engine(tmp_path_factory):
 
 
 def test_vllm_after_sync_equals_hf_greedy(engine):
-    from trainer.config import ModelConfig
-    from trainer.model import build_policy
-    from trainer.rollout import HFEngine
+    from dara_train.config import ModelConfig
+    from dara_train.model import build_policy
+    from dara_train.rollout import HFEngine
 
     tokenizer = engine.tokenizer
     trained, _ = build_policy(ModelConfig(seed=1))
@@ -65,8 +65,8 @@ def test_seeded_sampling_of_long_prompts_is_reproducible(engine):
 
 
 def run_metrics(out, *args, ranks=1):
+    from dara_train.metrics import read_metrics
     from tests.trainer_helpers import run_train
-    from trainer.metrics import read_metrics
 
     run_train(*args, "--steps", "2", "--output-dir", str(out), "--set", "task.eval_size=4", "--set", "eval_every=2",
               ranks=ranks)

@@ -11,7 +11,7 @@ def run_train(*args: str, ranks: int = 1, timeout: int = 600) -> subprocess.Comp
     # A neutral working directory: the installed entry point must not depend
     # on being started from the checkout.
     with tempfile.TemporaryDirectory() as neutral:
-        result = subprocess.run([sys.executable, *launcher, "-m", "trainer.cli", *args], capture_output=True,
+        result = subprocess.run([sys.executable, *launcher, "-m", "dara_train.cli", *args], capture_output=True,
                                 text=True, timeout=timeout, cwd=neutral)
     if result.returncode != 0:
         raise AssertionError(f"dara-train {' '.join(args)} failed:\n{result.stderr[-4000:]}")

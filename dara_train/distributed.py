@@ -62,3 +62,10 @@ def all_sum(values: torch.Tensor) -> torch.Tensor:
     if dist.get_world_size() > 1:
         dist.all_reduce(values)
     return values
+
+
+def all_max(values: torch.Tensor) -> torch.Tensor:
+    values = values.clone()
+    if dist.get_world_size() > 1:
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
+    return values

@@ -13,12 +13,14 @@ from .config import ModelConfig
 TOY_CHARACTERS = list("0123456789+=#xyz ")
 ASCII_CHARACTERS = [chr(c) for c in range(32, 127)] + ["\n"]
 VOCABULARIES = {"toy": TOY_CHARACTERS, "ascii": ASCII_CHARACTERS}
+THINK = "<think>"   # the math and toolcall formats' reasoning block
 
 
 class Tokenizer(Protocol):
     eos_token_id: int
     pad_token_id: int
     stop_token_ids: list[int]   # any of them ends a response
+    reply_prefix: str           # the start of the reply that the chat template's generation prompt writes
 
     def encode(self, text: str) -> list[int]: ...
     def encode_prompt(self, messages: list[dict]) -> list[int]: ...
@@ -41,6 +43,7 @@ class CharTokenizer:
         self.characters = list(characters)
         self.index = {c: i + 3 for i, c in enumerate(self.characters)}
         self.stop_token_ids = [self.eos_token_id]
+        self.reply_prefix = ""
 
     @property
     def vocab_size(self) -> int:
@@ -95,6 +98,15 @@ class HFTokenizer:
         self.stop_token_ids = list(dict.fromkeys(stops))
         self.eos_token_id = self.inner.eos_token_id if self.inner.eos_token_id is not None else stops[0]
         self.pad_token_id = self.inner.pad_token_id if self.inner.pad_token_id is not None else self.eos_token_id
+        self.reply_prefix = self.opened_reasoning_block() if self.chat_template else ""
+
+    def opened_reasoning_block(self) -> str:
+        """DeepSeek-R1-Distill's templates end the generation prompt with "<think>\\n": the reply starts inside
+        its reasoning block, and the rewards, which ask for the block, read that opening as the reply's."""
+        probe = self.inner.apply_chat_template([{"role": "user", "content": "?"}], tokenize=False,
+                                               add_generation_prompt=True)
+        start = probe.rfind(THINK)
+        return probe[start:] if start >= 0 and not probe[start + len(THINK):].strip() else ""
 
     def encode(self, text: str) -> list[int]:
         return self.inner.encode(text)

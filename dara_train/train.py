@@ -112,6 +112,16 @@ def reward_metrics(names, rewards: torch.Tensor, out) -> dict:
     return record
 
 
+def to_responses(tokenizer, generations) -> list[Response]:
+    """What the rewards read: the reply's text (after what the chat template opened of it) without the stop
+    token, and its length in generated tokens."""
+    out = []
+    for g in generations:
+        tokens = g.token_ids[:-1] if g.finished else g.token_ids
+        out.append(Response(tokenizer.reply_prefix + tokenizer.decode(tokens), len(tokens), g.finished))
+    return out
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False):
         self.cfg = cfg
@@ -139,14 +149,6 @@ class Trainer:
             self.engine.sync(full_state_dict(self.model))
         self.log = MetricsLog(self.output_dir, cfg.steps, cfg.tensorboard, enabled=self.rank == 0)
 
-    def responses(self, generations) -> list[Response]:
-        """What the rewards read: the text without the stop token, and its length in tokens."""
-        out = []
-        for g in generations:
-            tokens = g.token_ids[:-1] if g.finished else g.token_ids
-            out.append(Response(self.tokenizer.decode(tokens), len(tokens), g.finished))
-        return out
-
     def advantages(self, rewards: torch.Tensor, lengths: torch.Tensor):
         options = dict(self.cfg.advantage.options)
         if self.world > 1:
@@ -166,7 +168,7 @@ class Trainer:
         times["time/rollout"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        responses = self.responses(generations)
+        responses = to_responses(self.tokenizer, generations)
         self.task.set_step(self.step + 1)
         rewards = self.task.score(cfg.task.rewards, [prompts[g.prompt_index] for g in generations], responses)
         times["time/reward"] = time.perf_counter() - t0
@@ -209,7 +211,7 @@ class Trainer:
         prompts = self.task.eval_prompts()
         ids = [self.tokenizer.encode_prompt(p.messages) for p in prompts]
         generations = self.engine.generate(ids, 1, self.cfg.rollout.max_new_tokens, 0.0, 1.0, 0)
-        responses = self.responses(generations)
+        responses = to_responses(self.tokenizer, generations)
         names = self.cfg.task.rewards
         rewards = self.task.score(names, prompts, responses)
         self.log.samples([{"step": self.step, "prompt": self.tokenizer.decode_as_seen(ids[i]),

@@ -2,6 +2,7 @@
 tokenizer with a ChatML template): the prompt the model sees is its chat template's, the generation config's
 stop tokens end a response, each engine samples from the policy and, after a weight sync, from the updated
 one; the math and toolcall presets run through it on both engines, on one and two ranks."""
+import copy
 import json
 
 import pytest
@@ -11,7 +12,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 pytest.importorskip("reasoning_gym")
 pytest.importorskip("bfcl_eval")
-from tests.chat_model import build_chat_model  # noqa: E402
+from tests.chat_model import CHATML, build_chat_model  # noqa: E402
 from tests.trainer_helpers import run_two_steps  # noqa: E402
 
 QUESTIONS = ["Calculate 3 + 4.", "Find the area of a triangle with a base of 10 units and height of 5 units.",
@@ -43,6 +44,25 @@ def test_prompt_is_the_chat_template_with_the_generation_prompt(tokenizer):
     # The tokenizer's EOS is <|endoftext|>; <|im_end|> comes from generation_config.json.
     assert tokenizer.eos_token_id == special(tokenizer, "<|endoftext|>")
     assert tokenizer.stop_token_ids == [special(tokenizer, "<|im_end|>"), special(tokenizer, "<|endoftext|>")]
+
+
+def test_a_reasoning_block_the_template_opens_is_read_as_the_replys(tokenizer, tmp_path):
+    """DeepSeek-R1-Distill's generation prompt ends with "<think>\\n": the format rewards must see it."""
+    from dara_train.model import HFTokenizer
+    from dara_train.rollout import Generation
+    from dara_train.tasks.math import well_formed
+    from dara_train.train import to_responses
+
+    assert tokenizer.reply_prefix == ""
+    inner = copy.deepcopy(tokenizer.inner)
+    inner.chat_template = CHATML.replace("assistant\n", "assistant\n<think>\n")
+    inner.save_pretrained(tmp_path)
+    opened = HFTokenizer(str(tmp_path))
+    assert opened.reply_prefix == "<think>\n"
+    reply = opened.inner.encode("2 + 2 = 4</think><answer>4</answer>", add_special_tokens=False)
+    (response,) = to_responses(opened, [Generation(0, reply + [opened.stop_token_ids[0]], True, [])])
+    assert response.text == "<think>\n2 + 2 = 4</think><answer>4</answer>" and response.num_tokens == len(reply)
+    assert well_formed(None, response) == 1.0
 
 
 def test_a_model_without_a_chat_template_sees_the_plain_text():

@@ -4,7 +4,7 @@ threshold, the final held-out evaluation, and paired-by-seed comparisons.
 
     python benchmarks/learning_speed.py --preset toy-paper --seeds 10 [--other-seeds 5] [--jobs 2]
         [--methods dara,dara-sym,gdpo,static-asym,static-sym,grpo] [--baselines] [--static-weights 1,5,1]
-        [--group-sizes 4,8,16] [--steps N] [--set KEY=VALUE ...] [--json PATH] [--plot PNG]
+        [--group-sizes 4,8,16] [--steps N] [--set KEY=VALUE ...] [--json PATH] [--plot PNG] [--run]
 
 Methods are the paper's arms (Tables 2 and 4): `dara` is DARA-Asym (the op's
 default: positive-only calibration, weights capped at 5), `dara-sym` DARA-Sym,
@@ -14,11 +14,16 @@ grpo, ...). `--group-sizes` runs each method at every group size G with the
 preset's replies per step (prompts = replies / G); at the preset's own G the
 runs are the plain methods' runs, so they are shared with the main table.
 
-Runs are single-threaded processes, `--jobs` at a time. Every finished run is
-written to the JSON at once, so an interrupted benchmark resumes where it
-stopped (same command), and runs already in the file are reused by any
-command that asks for them. A run that never reaches a threshold counts as
-one step slower than the run length (it is listed as not reached)."""
+By default the command only reads the results file (benchmarks/results/
+learning-<preset>.json unless --json names another) and prints its tables; a
+run it asks for that the file lacks, or holds with other settings, is an error
+that names them. `--run` trains those runs and writes the file: runs are
+single-threaded processes, `--jobs` at a time, and every finished run is
+written at once, so an interrupted benchmark resumes where it stopped (same
+command), and runs already in the file are reused by any command that asks for
+them. `--plot` writes its PNG only to the path it is given. A run that never
+reaches a threshold counts as one step slower than the run length (it is
+listed as not reached)."""
 from __future__ import annotations
 
 import argparse
@@ -121,14 +126,26 @@ def run_one(preset: str, label: str, overrides: list[str], seed: int, steps: int
             "start": cfg.task.shift_step, "records": records}
 
 
-def load_results(path: Path, preset: str, steps: int | None, settings: list[str]) -> dict:
+EXPERIMENT_FLAGS = {"preset": "--preset", "steps_override": "--steps", "settings": "--set"}
+
+
+def load_results(path: Path, preset: str, steps: int | None, settings: list[str], run: bool) -> dict:
+    """The results file's experiment; without `run`, a missing file or another experiment is an error."""
     experiment = {"preset": preset, "steps_override": steps, "settings": settings}
-    if path.exists():
-        data = json.loads(path.read_text())
-        data.setdefault("settings", [])
-        if all(data.get(k) == v for k, v in experiment.items()):
-            return data
-        print(f"{path} holds another experiment (preset, --steps or --set differ); starting over", file=sys.stderr)
+    if not path.exists():
+        if not run:
+            raise SystemExit(f"{path} does not exist: pass --run to train its runs and write it")
+        return {**experiment, "runs": []}
+    data = json.loads(path.read_text())
+    data.setdefault("settings", [])
+    differ = [f"{flag} {data.get(key)!r} there, {experiment[key]!r} asked" for key, flag in EXPERIMENT_FLAGS.items()
+              if data.get(key) != experiment[key]]
+    if not differ:
+        return data
+    message = f"{path} holds another experiment ({'; '.join(differ)})"
+    if not run:
+        raise SystemExit(f"{message}: pass --run to train this one in its place, or --json another file")
+    print(f"{message}; starting over", file=sys.stderr)
     return {**experiment, "runs": []}
 
 
@@ -143,10 +160,41 @@ def seed_count(args, label: str) -> int:
     return args.seeds if base_method(label) in FULLY_SEEDED else min(args.other_seeds, args.seeds)
 
 
+def wanted_runs(args, specs: dict) -> list[tuple[str, int]]:
+    """(label, seed) of every run the command asks for."""
+    return [(label, seed) for seed in range(args.seeds) for label in specs if seed < seed_count(args, label)]
+
+
+def name_runs(runs: list[tuple[str, int]]) -> str:
+    """`dara seeds 2, 3; gdpo seed 0`."""
+    seeds = {}
+    for label, seed in runs:
+        seeds.setdefault(label, []).append(seed)
+    return "; ".join(f"{label} seed{'s' if len(s) > 1 else ''} {', '.join(map(str, sorted(s)))}"
+                     for label, s in seeds.items())
+
+
+def stale_runs(data: dict, specs: dict) -> list[dict]:
+    """Runs of an asked-for method made with other overrides than the method's current ones."""
+    return [r for r in data["runs"] if r["method"] in specs and r["overrides"] != specs[r["method"]]]
+
+
+def check_complete(args, specs: dict, data: dict, path: Path) -> None:
+    """Without --run: every run asked for must be in the file, made with its method's current overrides."""
+    wanted = wanted_runs(args, specs)
+    made = {(r["method"], r["seed"]) for r in data["runs"]}
+    stale = {(r["method"], r["seed"]) for r in stale_runs(data, specs)}
+    problems = [f"{what}: {name_runs(runs)}" for what, runs in (
+        ("not in it", [run for run in wanted if run not in made]),
+        ("made with other overrides for their method", [run for run in wanted if run in stale])) if runs]
+    if problems:
+        raise SystemExit(f"{path} lacks runs this command asks for ({'; '.join(problems)}): "
+                         f"pass --run to train them (it rewrites {path})")
+
+
 def run_all(args, specs: dict, data: dict, path: Path) -> None:
     done = {(r["method"], r["seed"]) for r in data["runs"]}
-    todo = [(label, seed) for seed in range(args.seeds) for label in specs
-            if seed < seed_count(args, label) and (label, seed) not in done]
+    todo = [run for run in wanted_runs(args, specs) if run not in done]
     total = len(done) + len(todo)
     if not todo:
         print(f"all {total} runs are already in {path}", file=sys.stderr)
@@ -394,8 +442,10 @@ def main(argv=None) -> None:
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                         help="a dara-train override applied to every run")
     parser.add_argument("--jobs", type=int, help="runs in parallel (default: the CPU count)")
-    parser.add_argument("--json", help="results file (default benchmarks/learning-<preset>.json)")
-    parser.add_argument("--plot", help="PNG of mean +- std curves per method")
+    parser.add_argument("--json", help="results file (default benchmarks/results/learning-<preset>.json)")
+    parser.add_argument("--plot", metavar="PNG", help="write a PNG of mean +- std curves per method to this path")
+    parser.add_argument("--run", action="store_true", help="train the runs the results file lacks (or holds with "
+                        "other overrides) and write them to it; without it the file is only read")
     args = parser.parse_args(argv)
 
     from dara_train.config import load_config
@@ -405,14 +455,17 @@ def main(argv=None) -> None:
     rollout = load_config(args.preset, None, args.settings).rollout
     groups = [int(g) for g in args.group_sizes.split(",")] if args.group_sizes else []
     specs = method_specs(names, static, groups, rollout.group_size, rollout.group_size * rollout.prompts_per_step)
-    path = Path(args.json or Path(__file__).parent / f"learning-{args.preset}.json")
-    data = load_results(path, args.preset, args.steps, args.settings)
-    stale = [r for r in data["runs"] if r["method"] in specs and r["overrides"] != specs[r["method"]]]
-    if stale:
-        print(f"{len(stale)} runs in {path} were made with other overrides for their method; rerunning them",
-              file=sys.stderr)
-        data["runs"] = [r for r in data["runs"] if r not in stale]
-    run_all(args, specs, data, path)
+    path = Path(args.json or Path(__file__).parent / "results" / f"learning-{args.preset}.json")
+    data = load_results(path, args.preset, args.steps, args.settings, args.run)
+    if args.run:
+        stale = stale_runs(data, specs)
+        if stale:
+            print(f"{len(stale)} runs in {path} were made with other overrides for their method; rerunning them",
+                  file=sys.stderr)
+            data["runs"] = [r for r in data["runs"] if r not in stale]
+        run_all(args, specs, data, path)
+    else:
+        check_complete(args, specs, data, path)
     # The tables cover exactly the runs asked for, whatever else the file holds.
     order = list(specs)
     asked = [r for r in data["runs"] if r["method"] in specs and r["seed"] < seed_count(args, r["method"])]

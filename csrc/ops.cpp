@@ -1,6 +1,6 @@
 // Registers the dara op schemas (generated into core/wire.h from
 // dara_kernels/wire.py). Implementations register per device in
-// cpu/advantage_cpu.cpp and cuda/advantage_cuda_binding.cpp; the fake kernels
+// cpu/binding.cpp and cuda/binding.cpp; the fake kernels
 // for torch.compile live in dara_kernels/_ops.py.
 #include <Python.h>
 #include <torch/library.h>

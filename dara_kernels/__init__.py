@@ -2,8 +2,9 @@
 from ._ops import extension_available, set_token_cache_bytes
 from .api import fused_advantage
 from .backends import BACKENDS, BackendUnavailable, unavailable_reason
-from .options import BATCH_NORMS, METHODS, NAN_POLICIES, PRESETS, AdvantageOptions, resolve_options
+from .options import AdvantageOptions, resolve_options
 from .output import AdvantageOutput
+from .wire import BATCH_NORMS, METHODS, NAN_POLICIES, PRESETS
 
 __all__ = [
     "fused_advantage", "AdvantageOutput", "AdvantageOptions", "resolve_options",

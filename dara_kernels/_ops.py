@@ -11,7 +11,7 @@ from .output import AdvantageOutput, output_from_kernel
 from .validation import PreparedInputs
 from .wire import METHODS, OPTION_FIELDS, OUTPUT_FIELDS, accumulator_sizes, combined_columns
 
-POSITIVE = [name for name, _ in OPTION_FIELDS].index("calibration_positive")
+_FIELD = {name: i for i, (name, _) in enumerate(OPTION_FIELDS)}
 
 try:
     from . import _C  # noqa: F401  (registers torch.ops.dara.*)
@@ -62,7 +62,8 @@ if extension_available():
     def _accumulate_fake(rewards, group_index, group_size, reward_weights, response_mask,
                          response_lengths, options):
         k = rewards.shape[1]
-        m, e = accumulator_sizes(k, combined_columns(METHODS[int(options[0])], k, bool(options[POSITIVE])))
+        method, positive = METHODS[int(options[_FIELD["method"]])], bool(options[_FIELD["calibration_positive"]])
+        m, e = accumulator_sizes(k, combined_columns(method, k, positive))
         return (rewards.new_empty(m, dtype=torch.float64), rewards.new_empty(e, dtype=torch.float64))
 
 

@@ -11,6 +11,7 @@ from .distributed import distributed_advantage
 from .options import AdvantageOptions, resolve_options
 from .output import AdvantageOutput
 from .validation import prepare_inputs, reward_matrix
+from .wire import OPTION_NAMES
 
 TensorLike = Union[torch.Tensor, Sequence[float]]
 
@@ -34,10 +35,6 @@ def _options(method, preset, **given) -> AdvantageOptions:
         if "unhashable" not in str(err):
             raise
         return resolve_options(method, preset, **given)
-
-
-# The option keywords all left at None: the common call, resolved by method and preset alone.
-_NO_OPTIONS = (None,) * 15
 
 
 def fused_advantage(
@@ -66,6 +63,7 @@ def fused_advantage(
     singleton: Optional[str] = None,
     calibration: Optional[str] = None,
     max_weight: Optional[float] = None,
+    rvpo_k: Optional[float] = None,
     backend: str = "auto",
     validate: bool = True,
     process_group=None,
@@ -75,18 +73,15 @@ def fused_advantage(
     rewards: [N, K] (or [N]) float tensor, one row per response, one column
     per reward; NaN marks a reward that could not score a response. Give the
     groups as `group_size` (contiguous blocks) or `group_index` (any ids).
-    Options left as None take the preset's value, then the method's default.
+    Options left as None take the preset's value, then the method's default
+    (each option's row in wire.OPTIONS; tests/test_wire.py keeps this
+    signature's option keywords equal to that table).
     """
-    if (eps, unbiased, scale_by_std, batch_norm, bn_eps, nan_policy, active_tol, alpha, density_floor,
-            saw_delta, sa_gamma, apply_query_scale, singleton, calibration, max_weight) == _NO_OPTIONS:
-        opts = _options(method, preset)
-    else:
-        opts = _options(
-            method, preset, eps=eps, unbiased=unbiased, scale_by_std=scale_by_std,
-            batch_norm=batch_norm, bn_eps=bn_eps, nan_policy=nan_policy, active_tol=active_tol,
-            alpha=alpha, density_floor=density_floor, saw_delta=saw_delta, sa_gamma=sa_gamma,
-            apply_query_scale=apply_query_scale, singleton=singleton, calibration=calibration,
-            max_weight=max_weight)
+    arguments = locals()
+    given = {}
+    for name in OPTION_NAMES:  # a loop, not a comprehension: torch.compile traces locals() without closure cells
+        given[name] = arguments[name]
+    opts = _options(method, preset, **given)
     rewards = reward_matrix(rewards)
     name = backends.choose_backend(backend, rewards.device, rewards.shape[1])
     inputs = prepare_inputs(

@@ -22,7 +22,7 @@ from .backends import BackendUnavailable
 from .options import AdvantageOptions
 from .output import AdvantageOutput
 from .validation import PreparedInputs
-from .wire import ACCUMULATOR_SEGMENTS, segment_offsets
+from .wire import ACCUMULATOR_SEGMENTS, METHOD_TRAITS, segment_offsets
 
 # The bad-input counts come before every K- or C-sized segment: their offsets
 # are the same for every reward and column count.
@@ -31,7 +31,7 @@ _COUNT_SLOTS = {name: segment_offsets(ACCUMULATOR_SEGMENTS, 1, 1)[name]
 
 
 def needs_extrema(opts: AdvantageOptions, has_bounds: bool) -> bool:
-    return opts.method in ("saw", "sa_mrpo") and not has_bounds
+    return METHOD_TRAITS[opts.method].raw_extremes and not has_bounds
 
 
 def raise_on_bad_input(accumulators: torch.Tensor, inputs: PreparedInputs, opts: AdvantageOptions) -> None:

@@ -110,6 +110,11 @@ def calibrated_columns(adv, weights, b, density, opts) -> torch.Tensor:
     return adv * weights
 
 
+def soft_minimum(z, k: float) -> torch.Tensor:
+    """docs/spec.md#aggregation, RVPO: -(1/k) ln((1/K) sum_k exp(-k z_jk)) per row."""
+    return -(torch.logsumexp(-k * z, dim=1) - torch.log(torch.tensor(float(z.shape[1]), dtype=z.dtype))) / k
+
+
 def batch_normalise(s, rows, token_weights, opts):
     """docs/spec.md#batch-normalisation over `rows` (kept and scorable); returns (Ahat, m, sd)."""
     sel = s[rows]
@@ -152,6 +157,10 @@ def reference_advantage(inputs: PreparedInputs, opts: AdvantageOptions) -> Advan
         col = rsum.unsqueeze(1)
         col_stats = group_statistics(col, col_valid, gid, num_groups, opts)
         s = normalise(col, col_valid, gid, col_stats, opts)[:, 0]
+        weights = b.clone()
+        weighted_energy = weights ** 2 * energy
+    elif opts.method == "rvpo":
+        s = soft_minimum(b * adv, opts.rvpo_k)
         weights = b.clone()
         weighted_energy = weights ** 2 * energy
     elif opts.method == "dvao":

@@ -1,49 +1,176 @@
 """The one definition of every table the Python, C++ and Triton code share:
-method and batch-norm codes, the packed option vector, the accumulator wire
-format (what ranks all-reduce, docs/spec.md#distributed-mode), the output
-fields and the per-backend reward-column limits.
+each method's traits, every option (its check, default and kernel encoding),
+the packed option vector, the accumulator wire format (what ranks all-reduce,
+docs/spec.md#distributed-mode), the output fields and the per-backend
+reward-column limits.
 
-`csrc/core/wire.h` and `dara_kernels/triton/wire.py` are generated from this
-file (`python scripts/generate_wire.py`); `tests/test_wire.py` fails when either
-is stale, so no copy can drift.
+`csrc/core/wire.h` and `dara_kernels/triton/wire.py` are generated from these
+tables by `python scripts/generate_wire.py`; `tests/test_wire.py` fails when
+either is stale, so no copy can drift. The reference backend alone reads the
+options itself: it is the independent oracle these tables are tested against.
 """
 from __future__ import annotations
 
-METHODS = ("grpo", "gdpo", "static", "dara", "dvao", "saw", "sa_mrpo", "gd2po_hard")
-METHOD_CODE = {name: code for code, name in enumerate(METHODS)}
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional
 
 BATCH_NORMS = ("none", "response", "token")
 BATCH_NORM_CODE = {name: code for code, name in enumerate(BATCH_NORMS)}
-_BATCH_NORM_CPP = {"none": "kNoBatchNorm", "response": "kResponseNorm", "token": "kTokenNorm"}
 
-# (name in the kernels, C++ type) in packed order: AdvantageOptions.kernel_vector().
-OPTION_FIELDS = (
-    ("method", "int"),
-    ("eps", "double"),
-    ("unbiased", "bool"),
-    ("scale_by_std", "bool"),
-    ("batch_norm", "int"),
-    ("bn_eps", "double"),
-    ("nan_to_zero", "bool"),
-    ("active_tol", "double"),
-    ("alpha", "double"),
-    ("density_floor", "double"),
-    ("saw_delta", "double"),
-    ("sa_gamma", "double"),
-    ("apply_query_scale", "bool"),
-    ("singleton_verl", "bool"),
-    # DARA and static: s_j sums Z + (w - 1) [Z]_+ (positive calibration) instead of w Z.
-    ("calibration_positive", "bool"),
-    ("max_weight", "double"),
-    # The CPU kernel raises on a +-Inf reward that its accumulate pass counted;
-    # the Python layer checks for the other backends, and in distributed mode
-    # the all-reduced counts are checked (distributed.raise_on_bad_input).
-    ("reject_inf", "bool"),
+# The combined columns a_jc that s_j is a linear form in (docs/spec.md#aggregation),
+# each mode's count as (per reward, constant): C = per_reward * K + constant.
+COLUMN_MODES: Mapping[str, tuple[int, int]] = {
+    "summed": (0, 1),          # GRPO: the group-normalised sum_k b_k r_jk
+    "soft_minimum": (0, 1),    # RVPO: -(1/k) ln((1/K) sum_k exp(-k b_k A_jk))
+    "group_weighted": (1, 0),  # DVAO: w_gk A_jk
+    "positive_parts": (1, 1),  # calibration="positive": sum_k A_jk, then each [A_jk]_+
+    "per_reward": (1, 0),      # each A_jk
+}
+
+
+@dataclass(frozen=True)
+class MethodTraits:
+    columns: str                  # a COLUMN_MODES key; "per_reward" becomes "positive_parts" under positive calibration
+    batch_norm: str = "response"  # default batch normalisation (paper Table 5: GRPO and DVAO have none)
+    raw_extremes: bool = False    # weights from the batch's raw moments and extremes (SAW, SA-MRPO)
+    drops_conflicts: bool = False  # rows whose A_jk disagree in sign are dropped (GD2PO-Hard)
+    options: Mapping[str, Any] = field(default_factory=dict)  # method-only options and their defaults
+
+
+# In code order: a method's code is its position.
+METHOD_TRAITS: Mapping[str, MethodTraits] = {
+    "grpo": MethodTraits("summed", batch_norm="none"),
+    "gdpo": MethodTraits("per_reward"),
+    "static": MethodTraits("per_reward", options={"calibration": "symmetric"}),
+    # The authors' main method, DARA-Asym: only positive advantages are
+    # amplified, by at most 5x the densest reward's weight.
+    "dara": MethodTraits("per_reward", options={"calibration": "positive", "max_weight": 5.0}),
+    "dvao": MethodTraits("group_weighted", batch_norm="none"),
+    "saw": MethodTraits("per_reward", raw_extremes=True),
+    "sa_mrpo": MethodTraits("per_reward", raw_extremes=True),
+    "gd2po_hard": MethodTraits("per_reward", drops_conflicts=True),
+    "rvpo": MethodTraits("soft_minimum", options={"rvpo_k": 1.0}),
+}
+METHODS = tuple(METHOD_TRAITS)
+METHOD_CODE = {name: code for code, name in enumerate(METHODS)}
+
+
+def column_mode(method: str, positive: bool) -> str:
+    mode = METHOD_TRAITS[method].columns
+    return "positive_parts" if positive and mode == "per_reward" else mode
+
+
+def combined_columns(method: str, k: int, positive: bool = False) -> int:
+    """C for K rewards (COLUMN_MODES)."""
+    per_reward, constant = COLUMN_MODES[column_mode(method, positive)]
+    return per_reward * k + constant
+
+
+# Method predicates the kernels branch on: name -> the methods for which it holds.
+METHOD_PREDICATES: Mapping[str, tuple[str, ...]] = {
+    "summed_reward": tuple(m for m, t in METHOD_TRAITS.items() if t.columns == "summed"),
+    "soft_minimum": tuple(m for m, t in METHOD_TRAITS.items() if t.columns == "soft_minimum"),
+    # One combined column: weights b_k, combine = (1), diagnostics as for GDPO.
+    "one_column": tuple(m for m, t in METHOD_TRAITS.items() if COLUMN_MODES[t.columns] == (0, 1)),
+    "group_weighted": tuple(m for m, t in METHOD_TRAITS.items() if t.columns == "group_weighted"),
+    "drops_conflicts": tuple(m for m, t in METHOD_TRAITS.items() if t.drops_conflicts),
+    "raw_extremes": tuple(m for m, t in METHOD_TRAITS.items() if t.raw_extremes),
+}
+
+PRESETS = ("default", "trl", "verl")
+NAN_POLICIES = ("ignore", "zero", "raise")
+SINGLETON_RULES = ("zero", "verl")
+CALIBRATIONS = ("positive", "symmetric")
+
+
+@dataclass(frozen=True)
+class Option:
+    """A keyword of fused_advantage. check: "real" (finite >= 0), "positive"
+    (finite > 0), "cap" (> 0, math.inf allowed), "flag" or "choice". A
+    method-only option (default None) takes its default from METHOD_TRAITS
+    and is None for the other methods."""
+    name: str
+    check: str
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    upper: Optional[float] = None  # "real" options with an upper bound
+
+
+# In fused_advantage's keyword order.
+OPTIONS: tuple[Option, ...] = (
+    Option("eps", "real", 1e-6),
+    Option("unbiased", "flag", True),
+    Option("scale_by_std", "flag", True),
+    Option("batch_norm", "choice", None, BATCH_NORMS),  # the method's MethodTraits.batch_norm
+    Option("bn_eps", "real", 1e-6),
+    Option("nan_policy", "choice", "ignore", NAN_POLICIES),
+    Option("active_tol", "real", 1e-6),
+    Option("alpha", "real", 0.5),
+    Option("density_floor", "real", 0.0, upper=1.0),
+    Option("saw_delta", "real", 1e-3),
+    Option("sa_gamma", "real", 1.0),
+    Option("apply_query_scale", "flag", True),
+    Option("singleton", "choice", "zero", SINGLETON_RULES),
+    Option("calibration", "choice", None, CALIBRATIONS),
+    Option("max_weight", "cap"),
+    Option("rvpo_k", "positive"),
 )
+OPTION_NAMES = tuple(o.name for o in OPTIONS)
+METHOD_ONLY_OPTIONS: Mapping[str, tuple[str, ...]] = {
+    o.name: tuple(m for m, t in METHOD_TRAITS.items() if o.name in t.options)
+    for o in OPTIONS if any(o.name in t.options for t in METHOD_TRAITS.values())
+}
+
+
+@dataclass(frozen=True)
+class KernelField:
+    """One entry of the packed option vector the kernels read (C++ Options,
+    the Triton kernels' arguments of the same name). encode maps the resolved
+    options to its value; None reads the option of the same name, and
+    `absent` stands in for a method-only option the method does not have."""
+    name: str
+    ctype: str  # "int", "bool" or "double"
+    encode: Optional[Callable[[Any], Any]] = None
+    absent: float = 0.0
+
+
+# In packed order: AdvantageOptions.kernel_vector().
+KERNEL_FIELDS: tuple[KernelField, ...] = (
+    KernelField("method", "int", lambda o: METHOD_CODE[o.method]),
+    KernelField("eps", "double"),
+    KernelField("unbiased", "bool"),
+    KernelField("scale_by_std", "bool"),
+    KernelField("batch_norm", "int", lambda o: BATCH_NORM_CODE[o.batch_norm]),
+    KernelField("bn_eps", "double"),
+    KernelField("nan_to_zero", "bool", lambda o: o.nan_policy == "zero"),
+    KernelField("active_tol", "double"),
+    KernelField("alpha", "double"),
+    KernelField("density_floor", "double"),
+    KernelField("saw_delta", "double"),
+    KernelField("sa_gamma", "double"),
+    KernelField("apply_query_scale", "bool"),
+    KernelField("singleton_verl", "bool", lambda o: o.singleton == "verl"),
+    # DARA and static: s_j sums Z + (w - 1) [Z]_+ (positive calibration) instead of w Z.
+    KernelField("calibration_positive", "bool", lambda o: o.calibration == "positive"),
+    KernelField("max_weight", "double", absent=math.inf),
+    KernelField("rvpo_k", "double", absent=1.0),
+    # Set per call, not an option: the CPU kernel raises on a +-Inf reward
+    # that its accumulate pass counted; the Python layer checks for the other
+    # backends, and in distributed mode the all-reduced counts are checked
+    # (distributed.raise_on_bad_input).
+    KernelField("reject_inf", "bool", lambda o: False),
+)
+OPTION_FIELDS = tuple((f.name, f.ctype) for f in KERNEL_FIELDS)
+
+
+def kernel_value(f: KernelField, opts) -> float:
+    value = f.encode(opts) if f.encode is not None else getattr(opts, f.name)
+    return float(f.absent if value is None else value)
+
 
 # Batch accumulators, summed across ranks. Sizes are in K reward columns and C
-# combined columns (combined_columns: 1 for GRPO's summed column, K + 1 under
-# positive calibration, else K).
+# combined columns (combined_columns).
 ACCUMULATOR_SEGMENTS = (
     ("groups", "1"),          # B
     ("rows", "1"),            # kept, scorable responses
@@ -105,165 +232,6 @@ def segment_offsets(segments, k: int, c: int) -> dict[str, int]:
     return offsets
 
 
-def combined_columns(method: str, k: int, positive: bool = False) -> int:
-    """C: GRPO's one summed column; under positive calibration sum_k A_jk and
-    then each [A_jk]_+ (s_j = sum_k A_jk + sum_k (w_k - 1) [A_jk]_+ is a
-    linear form in these K + 1 columns); else each A_jk."""
-    if method == "grpo":
-        return 1
-    return k + 1 if positive else k
-
-
 def accumulator_sizes(k: int, c: int) -> tuple[int, int]:
     """(accumulators, extrema) lengths for K rewards and C combined columns."""
     return segment_offsets(ACCUMULATOR_SEGMENTS, k, c)["size"], segment_offsets(EXTREMA_SEGMENTS, k, c)["size"]
-
-
-# ---- generation -------------------------------------------------------------
-
-def _symbolic_starts(segments):
-    """Each segment's start as coefficients of (1, K, C, C*C)."""
-    coeff = {"1": (1, 0, 0, 0), "K": (0, 1, 0, 0), "C": (0, 0, 1, 0), "CC": (0, 0, 0, 1)}
-    start, out = [0, 0, 0, 0], []
-    for name, kind in segments:
-        out.append((name, kind, tuple(start)))
-        start = [a + b for a, b in zip(start, coeff[kind])]
-    return out, tuple(start)
-
-
-def _expression(coefficients) -> str:
-    terms = []
-    for coef, symbol in zip(coefficients, ("", "K", "C", "C * C")):
-        if not coef:
-            continue
-        if not symbol:
-            terms.append(str(coef))
-        else:
-            terms.append(symbol if coef == 1 else f"{coef} * {symbol}")
-    return " + ".join(terms) if terms else "0"
-
-
-def _plus(base: str, term: str) -> str:
-    return term if base == "0" else f"{base} + {term}"
-
-
-def _cpp_camel(name: str) -> str:
-    return "".join(part.capitalize() for part in name.split("_"))
-
-
-_HEADER_NOTE = "Generated by `python scripts/generate_wire.py` from dara_kernels/wire.py: do not edit."
-
-_OPTION_PREDICATES = """\
-  DARA_HD bool combined_column() const { return method == kGrpo; }
-  DARA_HD bool group_weighted() const { return method == kDvao; }
-  DARA_HD bool drops_conflicts() const { return method == kGd2poHard; }
-  // SAW and SA-MRPO: the batch's raw sums of squares and extremes.
-  DARA_HD bool raw_extremes() const { return method == kSaw || method == kSaMrpo; }
-  // sum_k A_jk, then each [A_jk]_+ (DARA and static, calibration="positive").
-  DARA_HD bool positive_parts() const { return calibration_positive; }
-  // C: the columns s_j is a linear form in (wire.combined_columns).
-  DARA_HD int combined_columns(int K) const { return combined_column() ? 1 : positive_parts() ? K + 1 : K; }
-"""
-
-
-def _cpp_layout_struct(struct: str, segments, extra: str = "") -> list[str]:
-    lines = [f"struct {struct} {{", "  int K;", "  int C;", ""]
-    starts, total = _symbolic_starts(segments)
-    for name, kind, start in starts:
-        base = _expression(start)
-        if kind == "1":
-            lines.append(f"  DARA_HD int {name}() const {{ return {base}; }}")
-        elif kind in ("K", "C"):
-            arg = "k" if kind == "K" else "c"
-            lines.append(f"  DARA_HD int {name}(int {arg}) const {{ return {_plus(base, arg)}; }}")
-        else:
-            lines.append(f"  DARA_HD int {name}(int c, int d) const {{ return {_plus(base, 'c * C + d')}; }}")
-    lines.append(f"  DARA_HD int size() const {{ return {_expression(total)}; }}")
-    lines.extend(extra.splitlines())
-    lines.append("};")
-    return lines
-
-
-def cpp_header() -> str:
-    lines = [f"// {_HEADER_NOTE}", "// The tables every compiled backend shares with Python (docs/architecture.md).",
-             "#pragma once", '#include "host_device.h"', "", "namespace dara {", ""]
-    lines.append("enum Method : int {")
-    lines += [f"  k{_cpp_camel(m)} = {c}," for m, c in METHOD_CODE.items()]
-    lines += ["};", "", "enum BatchNorm : int {"]
-    lines += [f"  {_BATCH_NORM_CPP[b]} = {c}," for b, c in BATCH_NORM_CODE.items()]
-    lines += ["};", ""]
-    lines += [f"constexpr int kMax{_cpp_camel(b)}Rewards = {v};" for b, v in MAX_REWARDS.items()]
-    lines += ["", f"constexpr int kNumOptions = {len(OPTION_FIELDS)};", "", "struct Options {"]
-    lines += [f"  {ctype} {name};" for name, ctype in OPTION_FIELDS]
-    lines += ["", *_OPTION_PREDICATES.rstrip("\n").splitlines(), "};", ""]
-    lines += ["DARA_HD Options options_from_vector(const double* v) {", "  Options o;"]
-    for i, (name, ctype) in enumerate(OPTION_FIELDS):
-        value = {"int": f"static_cast<int>(v[{i}])", "bool": f"v[{i}] != 0.0", "double": f"v[{i}]"}[ctype]
-        lines.append(f"  o.{name} = {value};")
-    lines += ["  return o;", "}", "",
-              "// The batch accumulators, as one flat vector of doubles that ranks sum with one all-reduce;",
-              "// extremes (MAX-reduced) follow in a second vector of extrema_size() doubles."]
-    extrema_starts, extrema_total = _symbolic_starts(EXTREMA_SEGMENTS)
-    extra = [""]
-    for name, _, start in extrema_starts:
-        extra.append(f"  DARA_HD int {name}(int k) const {{ return {_plus(_expression(start), 'k')}; }}")
-    extra.append(f"  DARA_HD int extrema_size() const {{ return {_expression(extrema_total)}; }}")
-    lines += _cpp_layout_struct("AccumulatorLayout", ACCUMULATOR_SEGMENTS, "\n".join(extra))
-    lines += ["", "enum OutputField : int {"]
-    lines += [f"  kOut{_cpp_camel(name)} = {i}," for i, (name, _, _) in enumerate(OUTPUT_FIELDS)]
-    lines += [f"  kNumOutputs = {len(OUTPUT_FIELDS)},", "};", ""]
-    lines += ["// The outputs by name; a binding fills one and output_at() reads it in schema order.",
-              "template <typename T>", "struct OutputsOf {"]
-    lines += [f"  T {name};" for name, _, _ in OUTPUT_FIELDS]
-    lines += ["};", "", "template <typename T>", "const T& output_at(const OutputsOf<T>& o, int field) {",
-              "  switch (field) {"]
-    for name, _, _ in OUTPUT_FIELDS[:-1]:
-        lines += [f"    case kOut{_cpp_camel(name)}:", f"      return o.{name};"]
-    last = OUTPUT_FIELDS[-1][0]
-    lines += ["    default:", f"      return o.{last};", "  }", "}", ""]
-    returns = [f"Tensor {name}" for name, _, _ in OUTPUT_FIELDS]
-    lines += ["// Schemas of the registered ops (csrc/ops.cpp).",
-              "constexpr const char* kFusedAdvantageSchema =",
-              '    "fused_advantage(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "',
-              '    "Tensor? response_mask, Tensor? response_lengths, Tensor? reward_bounds, Tensor? accumulators, "',
-              '    "Tensor? extrema, float[] options) -> ("']
-    chunks = [", ".join(returns[i:i + 4]) for i in range(0, len(returns), 4)]
-    lines += [f'    "{chunk}, "' for chunk in chunks[:-1]] + [f'    "{chunks[-1]})";']
-    lines += [
-              "constexpr const char* kAccumulateSchema =",
-              '    "accumulate(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "',
-              '    "Tensor? response_mask, Tensor? response_lengths, float[] options) "',
-              '    "-> (Tensor accumulators, Tensor extrema)";', "", "}  // namespace dara", ""]
-    return "\n".join(lines)
-
-
-def triton_module() -> str:
-    lines = [f'"""{_HEADER_NOTE}', "", "Codes and accumulator offsets for the Triton kernels (docs/architecture.md).",
-             '"""', "import triton", "import triton.language as tl", ""]
-    lines += [f"{m.upper()} = tl.constexpr({c})" for m, c in METHOD_CODE.items()]
-    lines += [f"BATCH_NORM_{b.upper()} = tl.constexpr({c})" for b, c in BATCH_NORM_CODE.items()]
-    lines += [f"MAX_REWARDS = tl.constexpr({MAX_REWARDS['triton']})", ""]
-    for segments in (ACCUMULATOR_SEGMENTS, EXTREMA_SEGMENTS):
-        starts, total = _symbolic_starts(segments)
-        for name, _, start in starts:
-            lines += ["", "@triton.jit", f"def {name}_at(K, C):", f"    return {_expression(start)}", ""]
-        size_name = "accumulator_size" if segments is ACCUMULATOR_SEGMENTS else "extrema_size"
-        lines += ["", "@triton.jit", f"def {size_name}(K, C):", f"    return {_expression(total)}", ""]
-    return "\n".join(lines).rstrip("\n") + "\n"
-
-
-GENERATED = {"csrc/core/wire.h": cpp_header, "dara_kernels/triton/wire.py": triton_module}
-
-
-def stale_or_write(root, write: bool) -> list[str]:
-    """Generated files that differ from what this module renders; rewrites them when `write`."""
-    stale = []
-    for relative, render in GENERATED.items():
-        path = root / relative
-        text = render()
-        if path.exists() and path.read_text() == text:
-            continue
-        stale.append(relative)
-        if write:
-            path.write_text(text)
-    return stale

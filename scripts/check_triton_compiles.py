@@ -47,7 +47,6 @@ REWARD_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 # None: no token weights; "lengths": response_lengths; a dtype: response_mask of that dtype.
 TOKEN_INPUTS = (None, "lengths", torch.bool, torch.uint8, torch.int64, torch.float32)
 LAYOUTS = ("fixed", "shuffled")
-METHODS = ("grpo", "gdpo", "static", "dara", "dvao", "saw", "sa_mrpo", "gd2po_hard")
 
 _TRITON_TYPES = {torch.float32: "fp32", torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16",
                  torch.int64: "i64", torch.int32: "i32", torch.uint8: "u8", torch.bool: "i1"}
@@ -156,6 +155,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one call shape per layout and method")
     args = parser.parse_args()
     started = time.perf_counter()
+
+    from dara_kernels import METHODS
 
     if args.quick:
         calls = list(itertools.product(METHODS, (3,), (torch.float32,), LAYOUTS, (None,)))

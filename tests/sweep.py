@@ -117,3 +117,27 @@ def spreadless_batch_sweep(backend: str, device: str = "cpu", n: int = 48) -> in
                                f"groups of {group}")
             runs += 1
     return runs
+
+
+RVPO_COEFFICIENTS = (1e-3, 0.1, 1.0, 10.0, 1e3)
+
+
+def soft_minimum_sweep(backend: str, device: str = "cpu", n: int = 96, group: int = 8) -> int:
+    """RVPO's risk coefficient from 1e-3 (the mean of the z-scores, where exp
+    and log cancel) to 1e3 (their minimum, where an unshifted exp overflows),
+    K = 4 with a density-0 reward, rewards far from zero (offset 100),
+    reward weights, both layouts, float32 and float64 rows, response and
+    token batch normalisation."""
+    runs = 0
+    for seed, k in enumerate(RVPO_COEFFICIENTS):
+        gen = torch.Generator().manual_seed(300 + seed)
+        rewards = offset_rewards(gen, n, 100.0)
+        lengths = torch.randint(1, 30, (n,), generator=gen)
+        options = dict(method="rvpo", rvpo_k=k, reward_weights=[1.0, 0.5, 2.0, 1.0])
+        for dtype in (torch.float32, torch.float64):
+            for name, layout in _layouts(gen, n, group):
+                for extra in ({}, {"batch_norm": "token", "response_lengths": lengths}):
+                    _against_reference(backend, rewards.to(dtype), {**layout, **extra}, options, device,
+                                       f"rvpo_k={k} {name} {dtype}")
+                    runs += 1
+    return runs

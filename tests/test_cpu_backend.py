@@ -11,6 +11,7 @@ from tests.sweep import (
     LAYOUTS,
     calibration_sweep,
     offset_sweep,
+    soft_minimum_sweep,
     spreadless_batch_sweep,
     sweep_against_reference,
 )
@@ -233,6 +234,10 @@ def test_rewards_far_from_zero(method):
 
 def test_calibrations():
     assert calibration_sweep("cpu") > 0
+
+
+def test_rvpo_risk_coefficients():
+    assert soft_minimum_sweep("cpu") > 0
 
 
 def test_batch_without_spread():

@@ -15,6 +15,7 @@ from tests.sweep import (
     LAYOUTS,
     calibration_sweep,
     offset_sweep,
+    soft_minimum_sweep,
     spreadless_batch_sweep,
     sweep_against_reference,
 )
@@ -39,6 +40,10 @@ def test_rewards_far_from_zero(method):
 
 def test_calibrations():
     assert calibration_sweep("cuda", device="cuda") > 0
+
+
+def test_rvpo_risk_coefficients():
+    assert soft_minimum_sweep("cuda", device="cuda") > 0
 
 
 @pytest.mark.parametrize("calibration", ["positive", "symmetric"])

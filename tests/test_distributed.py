@@ -16,11 +16,15 @@ from tests.cases import make_case
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 
 METHODS = ["grpo", "gdpo", "dara", "dvao", "saw", "sa_mrpo", "gd2po_hard"]
-# Bad input on rank 1 only: (label, how rank 1's rewards are spoilt, extra options, the error both ranks raise).
+# Bad input on rank 1 only: (label, how rank 1's rewards and response_lengths are spoilt, extra options, the
+# error both ranks raise). Every rank passes valid lengths otherwise.
 BAD_INPUTS = [
-    ("inf", lambda r: r.index_fill_(0, torch.tensor([3]), float("inf")), {}, r"3 \+-Inf entries"),
-    ("nan-raise", lambda r: r.index_fill_(0, torch.tensor([5]), float("nan")), {"nan_policy": "raise"},
+    ("inf", lambda r, n: r.index_fill_(0, torch.tensor([3]), float("inf")), {}, r"3 \+-Inf entries"),
+    ("nan-raise", lambda r, n: r.index_fill_(0, torch.tensor([5]), float("nan")), {"nan_policy": "raise"},
      r"NaN entries across the ranks"),
+    # Rank 0 alone sees valid lengths: only the all-reduced count can stop it before negative token weights.
+    ("negative-length", lambda r, n: n.index_fill_(0, torch.tensor([2]), -1), {"batch_norm": "token"},
+     r"^response_lengths must be >= 0; 1 are negative across the ranks of process_group$"),
 ]
 # A collective left waiting on a rank that raised would stop here, far past a healthy call's time.
 COLLECTIVE_TIMEOUT_S = 20
@@ -58,12 +62,12 @@ def worker(rank, init_file, results):
                 results[(rank, method, bn)] = {k: v for k, v in out._asdict().items() if v is not None}
         results[(rank, "dara ops")] = dara_ops_of_one_call(case, rows)
         for label, spoil, options, _ in BAD_INPUTS:
-            rewards = case.rewards[rows].clone()
+            rewards, lengths = case.rewards[rows].clone(), case.lengths[rows].clone()
             if rank == 1:
-                spoil(rewards)
+                spoil(rewards, lengths)
             try:
-                dk.fused_advantage(rewards, group_index=case.layout["group_index"][rows], backend="cpu",
-                                   process_group=dist.group.WORLD, **options)
+                dk.fused_advantage(rewards, group_index=case.layout["group_index"][rows], response_lengths=lengths,
+                                   backend="cpu", process_group=dist.group.WORLD, **options)
                 results[(rank, label)] = "no error"
             except ValueError as err:
                 results[(rank, label)] = str(err)

@@ -1,7 +1,9 @@
 """CI smoke of the learning-speed experiment: 2 seeds of DARA and Static-Asym
-for a few steps, then the same command again, which must resume instead of
-rerun; and the named methods' overrides, as the trainer reads them. The
-experiment's numbers are in benchmarks/LEARNING.md, not asserted here."""
+for a few steps with --run, then the same command again, which must resume
+instead of rerun, and without --run, which must only read; a command without
+--run that asks for runs the results file lacks must stop and name them; and
+the named methods' overrides, as the trainer reads them. The experiment's
+numbers are in benchmarks/LEARNING.md, not asserted here."""
 import importlib.util
 import json
 import subprocess
@@ -52,11 +54,34 @@ def test_named_methods_reach_both_calibrations_and_group_sizes():
         script.method_specs(["dara"], "1,5,1", [3], preset_group=4, replies=512)
 
 
-def test_smoke_two_seeds_few_steps_then_resume(tmp_path):
+def test_without_run_a_missing_or_different_run_is_an_error_and_nothing_is_written(tmp_path):
+    script = load_script()
+    results = tmp_path / "runs.json"
+    ask = ["--preset", "toy", "--seeds", "2", "--methods", "dara,static-asym", "--steps", "10", "--json", str(results)]
+    with pytest.raises(SystemExit, match="does not exist: pass --run"):
+        script.main(ask)
+    assert not results.exists()
+
+    specs = script.method_specs(["dara", "static-asym"], "1,5,1", [], preset_group=8, replies=128)
+    made = [{"method": "dara", "seed": 0, "overrides": specs["dara"]},
+            {"method": "static-asym", "seed": 0, "overrides": script.advantage_overrides("static-asym", "1,4,1")}]
+    results.write_text(json.dumps({"preset": "toy", "steps_override": 10, "settings": [], "runs": made}))
+    before = results.read_bytes()
+    with pytest.raises(SystemExit) as stop:
+        script.main(ask)
+    assert str(stop.value) == (f"{results} lacks runs this command asks for (not in it: dara seed 1; static-asym "
+                               "seed 1; made with other overrides for their method: static-asym seed 0): pass --run "
+                               f"to train them (it rewrites {results})")
+    with pytest.raises(SystemExit, match=r"another experiment \(--steps 10 there, 20 asked\): pass --run"):
+        script.main([*ask, "--steps", "20"])
+    assert results.read_bytes() == before
+
+
+def test_smoke_run_two_seeds_few_steps_then_resume_then_read(tmp_path):
     results, png = tmp_path / "runs.json", tmp_path / "curves.png"
     command = [sys.executable, str(SCRIPT), "--preset", "toy", "--seeds", "2", "--other-seeds", "2",
                "--methods", "dara,static-asym", "--steps", "10", "--jobs", "2", "--json", str(results),
-               "--plot", str(png)]
+               "--plot", str(png), "--run"]
     # Outside the checkout, so the installed packages are imported (as in tests/trainer_helpers.py).
     first = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -77,3 +102,8 @@ def test_smoke_two_seeds_few_steps_then_resume(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "all 4 runs are already in" in again.stderr
     assert again.stdout.split("runs:")[0] == first.stdout.split("runs:")[0]
+
+    written = results.read_bytes()
+    read = subprocess.run(command[:-3], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert read.returncode == 0, read.stderr[-3000:]
+    assert read.stdout == again.stdout.split("curves:")[0] and results.read_bytes() == written

@@ -19,6 +19,7 @@ from tests.sweep import (
     calibration_sweep,
     compare_once,
     offset_sweep,
+    soft_minimum_sweep,
     spreadless_batch_sweep,
     sweep_against_reference,
 )
@@ -57,6 +58,10 @@ def test_calibrations():
     """Positive and symmetric calibration with density and static weights,
     a capped reward and one active nowhere; K = 4 takes a 5-lane tile."""
     assert calibration_sweep("triton", device=DEVICE) > 0
+
+
+def test_rvpo_risk_coefficients():
+    assert soft_minimum_sweep("triton", device=DEVICE) > 0
 
 
 def test_batch_without_spread():

@@ -1,5 +1,7 @@
 """Every table shared by Python, C++ and Triton has one definition
 (dara_kernels/wire.py); these tests fail when a copy drifts from it."""
+import dataclasses
+import inspect
 import pathlib
 
 import pytest
@@ -12,8 +14,35 @@ from tests.cases import make_case
 
 
 def test_generated_files_are_current():
+    from scripts.generate_wire import stale_or_write
+
     root = pathlib.Path(__file__).resolve().parent.parent
-    assert wire.stale_or_write(root, write=False) == [], "run python scripts/generate_wire.py and commit the result"
+    assert stale_or_write(root, write=False) == [], "run python scripts/generate_wire.py and commit the result"
+
+
+def test_fused_advantage_takes_every_option_of_the_table():
+    parameters = list(inspect.signature(dk.fused_advantage).parameters)
+    assert [p for p in parameters if p in wire.OPTION_NAMES] == list(wire.OPTION_NAMES)
+    assert [f.name for f in dataclasses.fields(dk.AdvantageOptions)] == ["method", "preset", *wire.OPTION_NAMES]
+
+
+def test_triton_kernels_read_options_by_their_field_names():
+    """An option a Triton kernel takes is a wire.KERNEL_FIELDS entry, passed by name (triton/fused.py bind)."""
+    pytest.importorskip("triton")
+    from dara_kernels.triton import accumulate, apply, finalize
+    from dara_kernels.triton.fused import _runtime_parameters, option_arguments
+
+    values = option_arguments(dk.resolve_options("dara", "verl"))
+    assert list(values) == [f.name for f in wire.KERNEL_FIELDS]
+    for kernel in (accumulate.accumulate_kernel, finalize.finalize_kernel, apply.apply_kernel):
+        read = [name for name in _runtime_parameters(kernel) if name in values]
+        assert "method" in read and "calibration_positive" in read
+
+
+def test_column_counts_follow_the_modes():
+    assert [wire.combined_columns(m, 4) for m in wire.METHODS] == [1, 4, 4, 4, 4, 4, 4, 4, 1]
+    assert wire.combined_columns("dara", 4, positive=True) == 5
+    assert wire.combined_columns("rvpo", 4, positive=True) == 1
 
 
 def test_output_fields_match_the_named_tuple():

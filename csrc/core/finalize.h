@@ -118,7 +118,7 @@ DARA_HD void finalize(const Options& o, const AccumulatorLayout& L, const Finali
       out.weighted_energy[k] = static_cast<float>(acc[L.cross(k, k)]);
       out.combine[k] = 1.0;
     }
-  } else if (o.combined_column()) {
+  } else if (o.one_column()) {
     method_weights(o, L, in, density, w);
     for (int k = 0; k < K; ++k) {
       out.weights[k] = static_cast<float>(w[k]);

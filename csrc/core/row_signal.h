@@ -27,18 +27,6 @@ struct RowSignal {
   bool keep;
 };
 
-// Which combined columns a row has (Options::combined_columns). A caller
-// that knows it at compile time passes it, so the row formula has no branch
-// on the options left.
-enum class Columns { kRuntime, kSummed, kGroupWeighted, kPositiveParts, kPerReward };
-
-DARA_HD Columns columns_of(const Options& o) {
-  return o.combined_column()  ? Columns::kSummed
-         : o.group_weighted() ? Columns::kGroupWeighted
-         : o.positive_parts() ? Columns::kPositiveParts
-                              : Columns::kPerReward;
-}
-
 // r - mean in double, then in the row's type.
 template <typename Real>
 DARA_HD Real centred(Real r, double mean) {
@@ -67,15 +55,31 @@ DARA_HD double row_reward_sum(const Real* r, int K, const Options& o, const doub
   return rsum;
 }
 
+// RVPO's soft minimum -(1/k) ln((1/K) sum_k exp(-k z_k)) of z_k = b_k A_jk,
+// taken as m - log1p((1/K) sum_k expm1(-k (z_k - m))) / k with m = min_k z_k:
+// every exponent is <= 0 (no overflow at k = 1e3), and expm1/log1p keep the
+// small-k limit, the mean of the z_k, where exp and log would cancel (k = 1e-3
+// lost three digits that way in float).
+template <int KT, typename Real>
+DARA_HD Real soft_minimum(const Real* reward_a, int K, const double* base, double risk) {
+  if constexpr (KT > 0) K = KT;
+  const Real k_risk = static_cast<Real>(risk);
+  Real low = static_cast<Real>(base[0]) * reward_a[0];
+  for (int k = 1; k < K; ++k) low = fmin(low, static_cast<Real>(base[k]) * reward_a[k]);
+  Real total = Real(0);
+  for (int k = 0; k < K; ++k) total += expm1(-k_risk * (static_cast<Real>(base[k]) * reward_a[k] - low));
+  return low - log1p(total / static_cast<Real>(K)) / k_risk;
+}
+
 // r: the row's K raw rewards (NaN = missing). column_a gets the C combined
-// columns (AccumulatorLayout): GRPO's normalised summed reward; DVAO's
-// w_gk A_jk; under positive calibration sum_k A_jk, then each [A_jk]_+;
-// else each A_jk.
+// columns (AccumulatorLayout): GRPO's normalised summed reward; RVPO's soft
+// minimum; DVAO's w_gk A_jk; under positive calibration sum_k A_jk, then
+// each [A_jk]_+; else each A_jk.
 template <int KT, Columns M = Columns::kRuntime, typename Real>
 DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const double* base, const GroupRefOf<Real>& group,
                              Real* reward_a, Real* column_a) {
   if constexpr (KT > 0) K = KT;
-  const Columns mode = M == Columns::kRuntime ? columns_of(o) : M;
+  const Columns mode = M == Columns::kRuntime ? o.columns() : M;
   bool scorable = false, positive = false, negative = false;
   double rsum = 0.0;  // GRPO's summed reward, as row_reward_sum adds it
   for (int k = 0; k < K; ++k) {
@@ -90,6 +94,8 @@ DARA_HD RowSignal row_signal(const Real* r, int K, const Options& o, const doubl
   }
   if (mode == Columns::kSummed) {
     column_a[0] = scorable ? static_cast<Real>(rsum - group.sum_mean) * group.sum_scale : Real(0);
+  } else if (mode == Columns::kSoftMinimum) {
+    column_a[0] = soft_minimum<KT>(reward_a, K, base, o.rvpo_k);
   } else if (mode == Columns::kGroupWeighted) {
     for (int k = 0; k < K; ++k) column_a[k] = group.weight[k] * reward_a[k];
   } else if (mode == Columns::kPositiveParts) {

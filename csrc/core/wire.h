@@ -14,6 +14,7 @@ enum Method : int {
   kSaw = 5,
   kSaMrpo = 6,
   kGd2poHard = 7,
+  kRvpo = 8,
 };
 
 enum BatchNorm : int {
@@ -26,7 +27,25 @@ constexpr int kMaxCpuRewards = 64;
 constexpr int kMaxCudaRewards = 16;
 constexpr int kMaxTritonRewards = 16;
 
-constexpr int kNumOptions = 17;
+// The combined columns s_j is a linear form in (wire.COLUMN_MODES); kRuntime: read from the options.
+enum class Columns { kRuntime, kSummed, kSoftMinimum, kGroupWeighted, kPositiveParts, kPerReward };
+
+// C for K rewards (0 for kRuntime).
+DARA_HD constexpr int column_count(Columns mode, int K) {
+  if (mode == Columns::kSummed) return 1;
+  if (mode == Columns::kSoftMinimum) return 1;
+  if (mode == Columns::kGroupWeighted) return K;
+  if (mode == Columns::kPositiveParts) return 1 + K;
+  if (mode == Columns::kPerReward) return K;
+  return 0;
+}
+
+// Whether C depends on K.
+DARA_HD constexpr bool columns_follow_k(Columns mode) {
+  return mode == Columns::kGroupWeighted || mode == Columns::kPositiveParts || mode == Columns::kPerReward;
+}
+
+constexpr int kNumOptions = 18;
 
 struct Options {
   int method;
@@ -45,17 +64,30 @@ struct Options {
   bool singleton_verl;
   bool calibration_positive;
   double max_weight;
+  double rvpo_k;
   bool reject_inf;
 
-  DARA_HD bool combined_column() const { return method == kGrpo; }
+  // Method traits (wire.METHOD_PREDICATES).
+  DARA_HD bool summed_reward() const { return method == kGrpo; }
+  DARA_HD bool soft_minimum() const { return method == kRvpo; }
+  DARA_HD bool one_column() const { return method == kGrpo || method == kRvpo; }
   DARA_HD bool group_weighted() const { return method == kDvao; }
   DARA_HD bool drops_conflicts() const { return method == kGd2poHard; }
-  // SAW and SA-MRPO: the batch's raw sums of squares and extremes.
   DARA_HD bool raw_extremes() const { return method == kSaw || method == kSaMrpo; }
-  // sum_k A_jk, then each [A_jk]_+ (DARA and static, calibration="positive").
   DARA_HD bool positive_parts() const { return calibration_positive; }
-  // C: the columns s_j is a linear form in (wire.combined_columns).
-  DARA_HD int combined_columns(int K) const { return combined_column() ? 1 : positive_parts() ? K + 1 : K; }
+  DARA_HD Columns columns() const {
+    switch (method) {
+      case kGrpo:
+        return Columns::kSummed;
+      case kDvao:
+        return Columns::kGroupWeighted;
+      case kRvpo:
+        return Columns::kSoftMinimum;
+      default:
+        return positive_parts() ? Columns::kPositiveParts : Columns::kPerReward;
+    }
+  }
+  DARA_HD int combined_columns(int K) const { return column_count(columns(), K); }
 };
 
 DARA_HD Options options_from_vector(const double* v) {
@@ -76,7 +108,8 @@ DARA_HD Options options_from_vector(const double* v) {
   o.singleton_verl = v[13] != 0.0;
   o.calibration_positive = v[14] != 0.0;
   o.max_weight = v[15];
-  o.reject_inf = v[16] != 0.0;
+  o.rvpo_k = v[16];
+  o.reject_inf = v[17] != 0.0;
   return o;
 }
 

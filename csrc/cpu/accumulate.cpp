@@ -9,7 +9,7 @@
 #include "../core/group_math.h"
 #include "../core/row_signal.h"
 #include "chunks.h"
-#include "reward_count.h"
+#include "dispatch.h"
 
 namespace dara {
 namespace {
@@ -19,7 +19,7 @@ constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 // A chunk's batch sums over its rows.
 template <int KT, int CT>
 struct ChunkSums {
-  static constexpr int N = max_rewards<KT>(), NC = max_columns<CT>();
+  static constexpr int N = cpu_rewards<KT>(), NC = cpu_columns<CT>();
   const int K, C;
   const bool token;
   double energy[N] = {};
@@ -61,9 +61,9 @@ inline void add_columns(const double* y, int C, double w, double* signal, double
 template <int KT, typename scalar_t>
 class Group {
  public:
-  static constexpr int N = max_rewards<KT>();
+  static constexpr int N = cpu_rewards<KT>();
 
-  Group(const AccumulateArgs& a, const AccumulatorLayout& L, const scalar_t* rewards, int64_t g)
+  Group(const GroupedBatch& a, const AccumulatorLayout& L, const scalar_t* rewards, int64_t g)
       : a_(a),
         o_(*a.options),
         L_(L),
@@ -106,7 +106,7 @@ class Group {
         acc[L_.group_weight(k)] += w;
       }
     }
-    if (o_.combined_column()) summed_statistics(table);
+    if (o_.summed_reward()) summed_statistics(table);
     acc[L_.missing_rewards()] += missing;
     acc[L_.groups()] += 1.0;
   }
@@ -115,7 +115,7 @@ class Group {
   // for the columns); the group's kappa.
   template <Columns M, int CT>
   void add_rows(GroupTable& table, ChunkSums<KT, CT>& t) const {
-    constexpr int NC = max_columns<CT>();
+    constexpr int NC = cpu_columns<CT>();
     // The group's statistics in locals: the row loop's stores then cannot alias them.
     const GroupRefOf<double> stored = table.ref(g_);
     double mean[N], scale[N], weight[N];
@@ -191,7 +191,7 @@ class Group {
     }
   }
 
-  const AccumulateArgs& a_;
+  const GroupedBatch& a_;
   const Options& o_;
   const AccumulatorLayout& L_;
   const scalar_t* rewards_;
@@ -200,7 +200,7 @@ class Group {
 
 }  // namespace
 
-void accumulate(const AccumulateArgs& a, const AccumulatorLayout& L, GroupTable& table, double* acc, double* extrema) {
+void accumulate(const GroupedBatch& a, const AccumulatorLayout& L, GroupTable& table, double* acc, double* extrema) {
   const GroupLayout& layout = *a.layout;
   const int64_t groups = layout.num_groups();
   const int64_t chunks = num_chunks(groups, kGroupsPerChunk);

@@ -7,13 +7,13 @@
 #include <cstdint>
 
 #include "../core/wire.h"
+#include "dispatch.h"
 #include "group_layout.h"
 #include "group_table.h"
-#include "reward_count.h"
 
 namespace dara {
 
-struct AccumulateArgs {
+struct GroupedBatch {
   RewardMatrix rewards;  // in group order
   const Options* options;
   const double* base;           // b_k
@@ -22,6 +22,6 @@ struct AccumulateArgs {
 };
 
 // Fills `table` and writes acc[L.size()] and extrema[L.extrema_size()].
-void accumulate(const AccumulateArgs& a, const AccumulatorLayout& L, GroupTable& table, double* acc, double* extrema);
+void accumulate(const GroupedBatch& a, const AccumulatorLayout& L, GroupTable& table, double* acc, double* extrema);
 
 }  // namespace dara

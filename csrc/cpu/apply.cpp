@@ -2,20 +2,20 @@
 
 #include "../core/row_signal.h"
 #include "chunks.h"
-#include "reward_count.h"
+#include "dispatch.h"
 
 namespace dara {
 namespace {
 
 // Group g's rows (positions [begin, end) of the group-ordered rewards).
 template <int KT, Columns M, typename scalar_t>
-void apply_group(const AccumulateArgs& a, const AccumulatorLayout& L, const GroupTable& table, const ApplyArgs& args,
-                 const scalar_t* rewards, int64_t g, const ApplyOutputs& out) {
+void apply_group(const GroupedBatch& a, const AccumulatorLayout& L, const GroupTable& table, const ApplyArgs& args,
+                 const scalar_t* rewards, int64_t g, const CpuApplyOutputs& out) {
   constexpr int CT = column_count<KT, M>();
   const GroupLayout& layout = *a.layout;
   const Options& o = *a.options;
   const int K = KT > 0 ? KT : L.K;
-  double row[max_rewards<KT>()], reward_a[max_rewards<KT>()], column_a[max_columns<CT>()];
+  double row[cpu_rewards<KT>()], reward_a[cpu_rewards<KT>()], column_a[cpu_columns<CT>()];
   const GroupRefOf<double> group = table.ref(g);
   const double kappa = table.kappa[g];
   const double factor = (o.apply_query_scale ? kappa : 1.0) * args.scale;
@@ -30,8 +30,8 @@ void apply_group(const AccumulateArgs& a, const AccumulatorLayout& L, const Grou
 
 }  // namespace
 
-void apply(const AccumulateArgs& a, const AccumulatorLayout& L, const GroupTable& table, const ApplyArgs& args,
-           const ApplyOutputs& out) {
+void apply(const GroupedBatch& a, const AccumulatorLayout& L, const GroupTable& table, const ApplyArgs& args,
+           const CpuApplyOutputs& out) {
   const GroupLayout& layout = *a.layout;
   const int64_t groups = layout.num_groups();
   const int64_t rows = groups > 0 ? layout.end(groups - 1) : 0;
@@ -44,7 +44,7 @@ void apply(const AccumulateArgs& a, const AccumulatorLayout& L, const GroupTable
   });
 }
 
-void to_input_order(const ApplyOutputs& grouped, const int64_t* positions, int64_t n, const ApplyOutputs& out) {
+void to_input_order(const CpuApplyOutputs& grouped, const int64_t* positions, int64_t n, const CpuApplyOutputs& out) {
   // A row moves its position and 17 bytes of outputs (read and written).
   at::parallel_for(0, n, kBytesPerThread / 25, [&](int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; ++j) {

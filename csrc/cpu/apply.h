@@ -17,19 +17,19 @@ struct ApplyArgs {
 
 // Row j's advantage is advantages[j * stride], its query scale
 // query_scale[j * stride] and its flag keep[j].
-struct ApplyOutputs {
+struct CpuApplyOutputs {
   float* advantages;
   bool* keep;
   float* query_scale;
   int64_t stride = 1;
 };
 
-void apply(const AccumulateArgs& a, const AccumulatorLayout& L, const GroupTable& table, const ApplyArgs& args,
-           const ApplyOutputs& out);
+void apply(const GroupedBatch& a, const AccumulatorLayout& L, const GroupTable& table, const ApplyArgs& args,
+           const CpuApplyOutputs& out);
 
 // A group_index's outputs in input order: out[j] = grouped[positions[j]].
 // Apply writes them in group order with stride 2, each row's advantage and
 // query scale side by side: one random read fetches both.
-void to_input_order(const ApplyOutputs& grouped, const int64_t* positions, int64_t n, const ApplyOutputs& out);
+void to_input_order(const CpuApplyOutputs& grouped, const int64_t* positions, int64_t n, const CpuApplyOutputs& out);
 
 }  // namespace dara

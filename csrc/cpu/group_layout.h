@@ -20,11 +20,11 @@ class GroupLayout {
 
   int64_t num_groups() const { return num_groups_; }
   // The positions [begin, end) of group g's rows in group order.
-  int64_t begin(int64_t g) const { return sorted() ? offsets_[g] : g * group_size_; }
-  int64_t end(int64_t g) const { return sorted() ? offsets_[g + 1] : (g + 1) * group_size_; }
+  int64_t begin(int64_t g) const { return from_group_index() ? offsets_[g] : g * group_size_; }
+  int64_t end(int64_t g) const { return from_group_index() ? offsets_[g + 1] : (g + 1) * group_size_; }
   // Whether the groups come from a group_index (their order may still equal
   // input order); positions() then gives each input row's position in group order.
-  bool sorted() const { return group_size_ == 0; }
+  bool from_group_index() const { return group_size_ == 0; }
   const int64_t* positions() const { return positions_.get(); }
 
  private:

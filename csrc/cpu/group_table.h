@@ -22,8 +22,8 @@ struct GroupTable {
         mean(groups * num_rewards),
         scale(groups * num_rewards),
         weight(o.group_weighted() ? groups * num_rewards : 0),
-        sum_mean(o.combined_column() ? groups : 0),
-        sum_scale(o.combined_column() ? groups : 0),
+        sum_mean(o.summed_reward() ? groups : 0),
+        sum_scale(o.summed_reward() ? groups : 0),
         kappa(groups) {}
 
   GroupRefOf<double> ref(int64_t g) const {

@@ -28,7 +28,7 @@ namespace {
 // A row's cross products a_c a_d are summed as their upper triangle.
 template <int KT>
 constexpr int max_cross() {
-  return max_columns<KT>() * (max_columns<KT>() + 1) / 2;
+  return cuda_columns<KT>() * (cuda_columns<KT>() + 1) / 2;
 }
 
 // w a_c and w a_c a_d (d >= c) into a lane's sums.
@@ -61,9 +61,9 @@ __device__ void add_column_sums(const double* signal, const double* cross, int C
 // The group's +-Inf entries, in the columns whose sum of valid entries is not
 // finite (only an infinite entry, or an overflow, makes it so).
 template <int KT, typename Real>
-__device__ double infinite_entries(const Problem& p, int64_t begin, int64_t end, int lane, const double* sum) {
+__device__ double infinite_entries(const CudaProblem& p, int64_t begin, int64_t end, int lane, const double* sum) {
   const int K = KT > 0 ? KT : p.K;
-  Real r[max_rewards<KT>()];
+  Real r[cuda_rewards<KT>()];
   double found = 0.0;
   for (int64_t i = begin + lane; i < end; i += 32) {
     load_row<KT>(p, row_at(p, i), K, r);
@@ -73,9 +73,9 @@ __device__ double infinite_entries(const Problem& p, int64_t begin, int64_t end,
 }
 
 template <int KT, typename Real>
-__device__ void accumulate_group(const Problem& p, const Table& t, const double* base, int64_t g, int lane, double* acc,
-                                 double* extrema, const AccumulatorLayout& L) {
-  constexpr int N = max_rewards<KT>();
+__device__ void accumulate_group(const CudaProblem& p, const Table& t, const double* base, int64_t g, int lane,
+                                 double* acc, double* extrema, const AccumulatorLayout& L) {
+  constexpr int N = cuda_rewards<KT>();
   const int K = KT > 0 ? KT : p.K;
   const int C = L.C;
   const Options& o = p.options;
@@ -95,7 +95,7 @@ __device__ void accumulate_group(const Problem& p, const Table& t, const double*
   for (int64_t i = begin + lane; i < end; i += 32) {
     load_row<KT>(p, row_at(p, i), K, r);
     add_row_sums<KT>(r, K, o, count, sum);
-    if (o.combined_column()) {
+    if (o.summed_reward()) {
       bool scorable;
       const double rsum = row_reward_sum<KT>(r, K, o, base, &scorable);
       sum_count += scorable ? 1.0 : 0.0;
@@ -136,7 +136,7 @@ __device__ void accumulate_group(const Problem& p, const Table& t, const double*
   for (int64_t i = begin + lane; i < end; i += 32) {
     load_row<KT>(p, row_at(p, i), K, r);
     add_row_deviations<KT>(r, K, o, mean, dev);
-    if (o.combined_column()) {
+    if (o.summed_reward()) {
       bool scorable;
       const double d = row_reward_sum<KT>(r, K, o, base, &scorable) - sum_mean;
       sum_dev += scorable ? d * d : 0.0;
@@ -173,7 +173,7 @@ __device__ void accumulate_group(const Problem& p, const Table& t, const double*
     }
   }
   GroupRefOf<Real> group{group_mean, scale, o.group_weighted() ? weight : nullptr, 0.0, Real(0)};
-  if (o.combined_column()) {
+  if (o.summed_reward()) {
     const ColumnStats s = finish_column(sum_count, sum_mean, sum_dev, o);
     group.sum_mean = s.mean;
     group.sum_scale = static_cast<Real>(s.scale);
@@ -184,7 +184,7 @@ __device__ void accumulate_group(const Problem& p, const Table& t, const double*
   }
 
   // Pass 3: each row's A_jk and combined columns (row_signal, as apply).
-  constexpr int NC = max_columns<KT>(), NX = max_cross<KT>();
+  constexpr int NC = cuda_columns<KT>(), NX = max_cross<KT>();
   Real reward_a[N], column_a[NC];
   double energy[N], signal[NC], token_signal[NC], cross[NX], token_cross[NX];
   for (int k = 0; k < K; ++k) energy[k] = 0.0;
@@ -227,7 +227,7 @@ __device__ void accumulate_group(const Problem& p, const Table& t, const double*
 }
 
 template <int KT, typename Real>
-__global__ void accumulate_kernel(Problem p, Table t, Reduction red, Results out) {
+__global__ void accumulate_kernel(CudaProblem p, Table t, Reduction red, Results out) {
   extern __shared__ double shared[];
   const AccumulatorLayout L{p.K, p.C};
   const int M = L.size(), E = L.extrema_size();
@@ -238,7 +238,7 @@ __global__ void accumulate_kernel(Problem p, Table t, Reduction red, Results out
   for (int i = lane; i < E; i += 32) extrema[i] = -INFINITY;
   __syncwarp();
 
-  double base[max_rewards<KT>()];
+  double base[cuda_rewards<KT>()];
   load_base<KT>(p, base);
   const int64_t groups = group_count(p);
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * warps + warp; g < groups;
@@ -298,7 +298,7 @@ size_t accumulate_shared_bytes(int K, int C) {
   return sizeof(double) * kWarpsPerBlock * static_cast<size_t>(L.size() + L.extrema_size());
 }
 
-cudaError_t launch_accumulate(const Problem& p, const Table& t, const Reduction& r, const Results& out, int blocks,
+cudaError_t launch_accumulate(const CudaProblem& p, const Table& t, const Reduction& r, const Results& out, int blocks,
                               cudaStream_t stream) {
   const size_t shared = accumulate_shared_bytes(p.K, p.C);
   cudaError_t status = cudaSuccess;

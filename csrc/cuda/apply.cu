@@ -16,21 +16,21 @@ namespace {
 // 1 / bn_eps, and a float s_j one ulp from the float mean came out 1e-2 off
 // (gd2po_hard, two kept rows; measured on a host emulation of this kernel).
 template <int KT, typename Real>
-__global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutputs out) {
-  constexpr int N = max_rewards<KT>();
+__global__ void apply_kernel(CudaProblem p, Table t, const double* affine, CudaApplyOutputs out) {
+  constexpr int N = cuda_rewards<KT>();
   const int K = KT > 0 ? KT : p.K;
   const int C = p.C;
   const Options& o = p.options;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
   double base[N];
-  double combine[max_columns<KT>()];
+  double combine[cuda_columns<KT>()];
   load_base<KT>(p, base);
   for (int c = 0; c < C; ++c) combine[c] = affine[c];
   const double shift = affine[C], scale = affine[C + 1];
   const int64_t groups = group_count(p);
   double mean[N];
-  Real sc[N], weight[N], r[N], reward_a[N], column_a[max_columns<KT>()];
-  double column_d[max_columns<KT>()];
+  Real sc[N], weight[N], r[N], reward_a[N], column_a[cuda_columns<KT>()];
+  double column_d[cuda_columns<KT>()];
   for (int64_t g = static_cast<int64_t>(blockIdx.x) * warps + warp; g < groups;
        g += static_cast<int64_t>(gridDim.x) * warps) {
     int64_t begin, end;
@@ -41,7 +41,7 @@ __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutp
       weight[k] = o.group_weighted() ? static_cast<Real>(t.weight[g * K + k]) : Real(0);
     }
     GroupRefOf<Real> group{mean, sc, o.group_weighted() ? weight : nullptr, 0.0, Real(0)};
-    if (o.combined_column()) {
+    if (o.summed_reward()) {
       group.sum_mean = t.sum_stats[2 * g];
       group.sum_scale = static_cast<Real>(t.sum_stats[2 * g + 1]);
     }
@@ -77,8 +77,8 @@ __global__ void apply_kernel(Problem p, Table t, const double* affine, ApplyOutp
 
 }  // namespace
 
-cudaError_t launch_apply(const Problem& p, const Table& t, const double* affine, const ApplyOutputs& out, int blocks,
-                         cudaStream_t stream) {
+cudaError_t launch_apply(const CudaProblem& p, const Table& t, const double* affine, const CudaApplyOutputs& out,
+                         int blocks, cudaStream_t stream) {
   cudaError_t status = cudaSuccess;
   dispatch_rows(p, [&](auto kt, auto real) {
     constexpr int KT = decltype(kt)::value;

@@ -8,21 +8,21 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../core/row_arrays.h"
 #include "launch.h"
 
 namespace dara {
 namespace cuda {
 
-// Per-reward arrays of a kernel for KT rewards (0: any K up to the limit).
 template <int KT>
-constexpr int max_rewards() {
-  return KT > 0 ? KT : kMaxCudaRewards;
+constexpr int cuda_rewards() {
+  return max_rewards<KT, kMaxCudaRewards>();
 }
 
-// Per-column arrays: K + 1 combined columns under positive calibration.
+// The combined columns of any mode for KT rewards: at most K + 1.
 template <int KT>
-constexpr int max_columns() {
-  return max_rewards<KT>() + 1;
+constexpr int cuda_columns() {
+  return max_columns<KT + (KT > 0), kMaxCudaRewards>();
 }
 
 // A mask entry, or a reward of a type narrower than double, as a float.
@@ -59,7 +59,7 @@ __device__ __forceinline__ T warp_max(T v) {
   return __shfl_sync(0xffffffffu, v, 0);
 }
 
-__device__ __forceinline__ void group_range(const Problem& p, int64_t g, int64_t& begin, int64_t& end) {
+__device__ __forceinline__ void group_range(const CudaProblem& p, int64_t g, int64_t& begin, int64_t& end) {
   if (p.rows) {
     begin = p.offsets[g];
     end = p.offsets[g + 1];
@@ -69,18 +69,18 @@ __device__ __forceinline__ void group_range(const Problem& p, int64_t g, int64_t
   }
 }
 
-__device__ __forceinline__ int64_t group_count(const Problem& p) {
+__device__ __forceinline__ int64_t group_count(const CudaProblem& p) {
   return p.num_groups ? *p.num_groups : p.contiguous_groups;
 }
 
-__device__ __forceinline__ int64_t row_at(const Problem& p, int64_t position) {
+__device__ __forceinline__ int64_t row_at(const CudaProblem& p, int64_t position) {
   return p.rows ? p.rows[position] : position;
 }
 
 // Row j's K rewards in the row type: float64 rewards take the double
 // kernels (dispatch_rows), every narrower type the float ones.
 template <int KT, typename Real>
-__device__ __forceinline__ void load_row(const Problem& p, int64_t j, int K, Real* r) {
+__device__ __forceinline__ void load_row(const CudaProblem& p, int64_t j, int K, Real* r) {
   for (int k = 0; k < (KT > 0 ? KT : K); ++k) {
     if constexpr (std::is_same_v<Real, double>) {
       r[k] = static_cast<const double*>(p.rewards)[j * K + k];
@@ -92,7 +92,7 @@ __device__ __forceinline__ void load_row(const Problem& p, int64_t j, int K, Rea
 
 // b_k: the row formulas take them in double (GRPO's summed reward is a double sum).
 template <int KT>
-__device__ __forceinline__ void load_base(const Problem& p, double* base) {
+__device__ __forceinline__ void load_base(const CudaProblem& p, double* base) {
   for (int k = 0; k < (KT > 0 ? KT : p.K); ++k) base[k] = p.base[k];
 }
 
@@ -127,7 +127,7 @@ void dispatch_k(int K, const F& f) {
 // the any-K kernels only: K-specialised double copies made the nvcc time for
 // sm_80 and sm_90 41 s instead of 25 s, and would only speed up float64 input.
 template <typename F>
-void dispatch_rows(const Problem& p, const F& f) {
+void dispatch_rows(const CudaProblem& p, const F& f) {
   if (p.rewards_dtype == DType::kFloat64) {
     f(std::integral_constant<int, 0>{}, double{});
   } else {

@@ -18,7 +18,7 @@ constexpr int kBlocksPerMultiprocessor = 4;
 
 enum class DType : int { kFloat32, kFloat64, kFloat16, kBFloat16, kBool, kUInt8, kInt32, kInt64 };
 
-struct Problem {
+struct CudaProblem {
   const void* rewards;
   DType rewards_dtype;
   int K;
@@ -60,7 +60,7 @@ struct Reduction {
 // buffer of C + 2 doubles that apply reads.
 using Results = FinalizeOutputs;
 
-struct ApplyOutputs {
+struct CudaApplyOutputs {
   float* advantages;
   bool* keep;
   float* query_scale;
@@ -75,10 +75,10 @@ size_t accumulate_shared_bytes(int K, int C);
 
 // Launch 1: accumulate; its last block reduces the partials (fixed order)
 // and, when r.finalize, runs finalize. Launch 2: apply.
-cudaError_t launch_accumulate(const Problem& p, const Table& t, const Reduction& r, const Results& out, int blocks,
+cudaError_t launch_accumulate(const CudaProblem& p, const Table& t, const Reduction& r, const Results& out, int blocks,
                               cudaStream_t stream);
-cudaError_t launch_apply(const Problem& p, const Table& t, const double* affine, const ApplyOutputs& out, int blocks,
-                         cudaStream_t stream);
+cudaError_t launch_apply(const CudaProblem& p, const Table& t, const double* affine, const CudaApplyOutputs& out,
+                         int blocks, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace dara

@@ -1,13 +1,13 @@
 """verl integration (tested with verl 0.9.1: the v1 trainer, verl's default, and the legacy one).
 
     +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=dara_kernels.integrations.verl.install
-    algorithm.adv_estimator=dara                         # or gdpo_fused
+    algorithm.adv_estimator=dara                         # or gdpo_fused, rvpo
     +algorithm.gdpo_reward_keys=[accuracy,format,length] # reward components from compute_score's dict
     +algorithm.dara_options.alpha=0.5                    # any fused_advantage keyword
 
 Importing this module (or calling `install`, which Ray's setup hook does in
 every worker, the TaskRunner that computes advantages included) registers
-"gdpo_fused" and "dara".
+"gdpo_fused", "dara" and "rvpo".
 
 verl's dispatcher (`ray_trainer.compute_advantage`) passes the reward
 components (`non_tensor_batch`, `batch`) only to the estimator named "gdpo";
@@ -23,7 +23,7 @@ wrapped to add them to the legacy trainer's step metrics.
 verl's v1 trainer keeps each row in TransferQueue, and its
 `PPOTrainer._compute_advantage` fetches only the uid, the response mask,
 `rm_scores`, log-probabilities and values, so the components never reach the
-dispatcher. For "dara" and "gdpo_fused" (and only for them) a wrapper around
+dispatcher. For the estimators registered here (and only for them) a wrapper around
 that method fetches them for the same keys, from where verl's reward path
 leaves them, and hands them to the dispatcher wrapper, which adds them to the
 batch; the diagnostics go into the `metrics` dict verl passes to that method,
@@ -46,7 +46,7 @@ import dara_kernels as dk
 _BATCH: contextvars.ContextVar = contextvars.ContextVar("dara_verl_batch", default=None)
 _V1_STEP: contextvars.ContextVar = contextvars.ContextVar("dara_verl_v1_step", default=None)
 _DEFAULT_OPTIONS: dict[str, Any] = {}
-_ESTIMATORS = ("dara", "gdpo_fused")
+_ESTIMATORS = ("dara", "gdpo_fused", "rvpo")
 
 
 @dataclass
@@ -135,19 +135,36 @@ def compute_gdpo_fused_advantage(token_level_rewards, response_mask, index, epsi
     return _run("gdpo", {}, token_level_rewards, response_mask, index, config, epsilon, norm_adv_by_std_in_grpo)
 
 
+def _configured(config, estimator: str, methods: tuple) -> tuple[str, dict]:
+    """(method, options) from configure() and algorithm.dara_options; the method must be one of `methods`."""
+    options = dict(_DEFAULT_OPTIONS)
+    given = config.get("dara_options", None) if config is not None else None
+    if given:
+        options.update(dict(given))
+    method = options.pop("method", methods[0])
+    if method not in methods:
+        raise ValueError(f"dara_options.method={method!r}: the {estimator} estimator runs method "
+                         f"{' or '.join(methods)} (gdpo_fused is GDPO, dara runs dara or static, rvpo runs rvpo; "
+                         "verl's own estimators cover the rest)")
+    return method, options
+
+
 @core_algos.register_adv_est("dara")
 def compute_dara_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
                            norm_adv_by_std_in_grpo: bool = True, config: Optional[Any] = None, **kwargs):
     """DARA on the gdpo_reward_keys components; options from algorithm.dara_options or configure().
     `method: static` there runs the paper's static-weight controls (weights from gdpo_reward_weights)."""
-    options = dict(_DEFAULT_OPTIONS)
-    given = config.get("dara_options", None) if config is not None else None
-    if given:
-        options.update(dict(given))
-    method = options.pop("method", "dara")
-    if method not in ("dara", "static"):
-        raise ValueError(f"dara_options.method={method!r}: the dara estimator runs method dara or static "
-                         "(gdpo_fused is GDPO; verl's own estimators cover the rest)")
+    method, options = _configured(config, "dara", ("dara", "static"))
+    return _run(method, options, token_level_rewards, response_mask, index, config, epsilon,
+                norm_adv_by_std_in_grpo)
+
+
+@core_algos.register_adv_est("rvpo")
+def compute_rvpo_advantage(token_level_rewards, response_mask, index, epsilon: float = 1e-6,
+                           norm_adv_by_std_in_grpo: bool = True, config: Optional[Any] = None, **kwargs):
+    """RVPO (the DARA authors' soft-minimum baseline) on the gdpo_reward_keys components, with verl's
+    normalisation; its risk coefficient is algorithm.dara_options.rvpo_k (default 1, the authors' setting)."""
+    method, options = _configured(config, "rvpo", ("rvpo",))
     return _run(method, options, token_level_rewards, response_mask, index, config, epsilon,
                 norm_adv_by_std_in_grpo)
 

@@ -14,13 +14,18 @@ from .common import finish_column, group_bounds, load_tile, row_columns, row_rew
 def accumulate_kernel(
     rewards_ptr, rows_ptr, offsets_ptr, num_groups_ptr, base_ptr, token_ptr,
     mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, partial_ptr, extrema_ptr,
-    K, C, group_size, eps, active_tol,
-    has_token, combined, group_weighted, drops, raw, nan_to_zero, unbiased, scale_by_std, singleton_verl, positive,
+    K, C, group_size, has_token,
+    method, eps, active_tol, nan_to_zero, unbiased, scale_by_std, singleton_verl, calibration_positive, rvpo_k,
     HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     num_groups = tl.load(num_groups_ptr)
+    combined = wire.summed_reward(method)
+    group_weighted = wire.group_weighted(method)
+    drops = wire.drops_conflicts(method)
+    raw = wire.raw_extremes(method)
+    positive = calibration_positive
     kk = tl.arange(0, BLOCK_K)
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
@@ -61,11 +66,11 @@ def accumulate_kernel(
             count += tl.sum(valid.to(tl.float64), 0)
             total += tl.sum(xv, 0)
             infinite_v += tl.sum((valid & (tl.abs(x) == float("inf"))).to(tl.float64), 0)
-            if combined != 0:
+            if combined:
                 scorable = tl.sum(valid.to(tl.int32), 1) > 0
                 sum_count += tl.sum(scorable.to(tl.float64), 0)
                 sum_total += tl.sum(row_reward_sum(x, valid, base), 0)
-            if raw != 0:
+            if raw:
                 sum_sq_v += tl.sum(xv * xv, 0)
                 max_v = tl.maximum(max_v, tl.max(tl.where(valid, x, float("-inf")), 0))
                 max_negated_v = tl.maximum(max_negated_v, tl.max(tl.where(valid, -x, float("-inf")), 0))
@@ -80,7 +85,7 @@ def accumulate_kernel(
                                              HAS_INDEX, BLOCK_R)
             d = tl.where(valid, x - mean[None, :], 0.0)
             dev += tl.sum(d * d, 0)
-            if combined != 0:
+            if combined:
                 scorable = tl.sum(valid.to(tl.int32), 1) > 0
                 dr = row_reward_sum(x, valid, base) - sum_mean
                 sum_dev += tl.sum(tl.where(scorable, dr * dr, 0.0), 0)
@@ -94,7 +99,7 @@ def accumulate_kernel(
         count_v += count
         raw_sum_v += total
         weight = no_weight
-        if group_weighted != 0:
+        if group_weighted:
             spread = tl.where(kmask, base * std, 0.0)
             spread_total = tl.sum(spread, 0)
             dvao_weight = tl.where(spread_total != 0.0, spread / tl.where(spread_total != 0.0, spread_total, 1.0),
@@ -103,7 +108,7 @@ def accumulate_kernel(
             tl.store(weight_ptr + g * K + kr, weight, mask=kmask)
             weight_v += dvao_weight
         sum_scale = no_scale
-        if combined != 0:
+        if combined:
             sum_mean, sum_std, sum_scale64, sum_active = finish_column(
                 sum_count, sum_mean, sum_dev, eps, active_tol, unbiased, scale_by_std, singleton_verl)
             sum_scale = sum_scale64.to(tl.float32)
@@ -115,9 +120,9 @@ def accumulate_kernel(
             x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, combined, group_weighted, drops, positive)
+                                                 kk, kmask, K, method, positive, rvpo_k)
             energy_v += tl.sum(a * a, 0).to(tl.float64)
-            if drops != 0:
+            if drops:
                 kept -= tl.sum((~keep & rmask).to(tl.float32), 0)
             selected = keep & scorable & rmask
             # The column sums and products in double: finalize takes the batch

@@ -5,6 +5,7 @@ dtype does not multiply the kernel variants."""
 import triton
 import triton.language as tl
 
+from . import wire
 from .common import group_bounds, load_tile, row_columns
 
 
@@ -13,12 +14,14 @@ def apply_kernel(
     rewards_ptr, rows_ptr, offsets_ptr, num_groups_ptr, base_ptr,
     mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, affine_ptr,
     advantages_ptr, keep_ptr, query_scale_ptr,
-    K, C, group_size, combined, group_weighted, drops, nan_to_zero, apply_query_scale, positive,
+    K, C, group_size, method, nan_to_zero, apply_query_scale, calibration_positive, rvpo_k,
     HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     num_groups = tl.load(num_groups_ptr)
+    combined = wire.summed_reward(method)
+    positive = calibration_positive
     kk = tl.arange(0, BLOCK_K)
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
@@ -30,16 +33,16 @@ def apply_kernel(
         begin, end = group_bounds(offsets_ptr, g, group_size, HAS_INDEX)
         mean = tl.load(mean_ptr + g * K + kr, mask=kmask, other=0.0)
         scale = tl.load(scale_ptr + g * K + kr, mask=kmask, other=0.0)
-        weight = tl.load(weight_ptr + g * K + kr, mask=kmask & ((kk * 0 + group_weighted) != 0), other=0.0)
-        sum_mean = tl.load(sum_stats_ptr + 2 * g, mask=combined != 0, other=0.0)
-        sum_scale = tl.load(sum_stats_ptr + 2 * g + 1, mask=combined != 0, other=0.0).to(tl.float32)
+        weight = tl.load(weight_ptr + g * K + kr, mask=kmask & wire.group_weighted(method + kk * 0), other=0.0)
+        sum_mean = tl.load(sum_stats_ptr + 2 * g, mask=combined, other=0.0)
+        sum_scale = tl.load(sum_stats_ptr + 2 * g + 1, mask=combined, other=0.0).to(tl.float32)
         kappa = tl.load(kappa_ptr + g)
         factor = tl.where(apply_query_scale != 0, batch_scale * kappa, batch_scale)
         for r0 in range(begin, end, BLOCK_R):
             x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, combined, group_weighted, drops, positive)
+                                                 kk, kmask, K, method, positive, rvpo_k)
             s = tl.sum(col * combine[None, :], 1)
             value = tl.where(keep & scorable, (s - shift) * factor, 0.0)
             tl.store(advantages_ptr + idx, value, mask=rmask)

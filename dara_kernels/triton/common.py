@@ -19,6 +19,8 @@ that hold one."""
 import triton
 import triton.language as tl
 
+from . import wire
+
 
 @triton.jit
 def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
@@ -73,24 +75,38 @@ def row_reward_sum(x, valid, base):
 
 
 @triton.jit
-def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk,
-                combined, group_weighted, drops, positive):
+def soft_minimum(a, base, kmask, K, rvpo_k):
+    """RVPO's -(1/k) ln((1/K) sum_k exp(-k z_jk)), z_jk = b_k A_jk, per row, in
+    float64, shifted by the row's minimum so that no exponent is positive (k =
+    1e3 overflows nothing); float64 keeps the small-k limit (the mean of the
+    z_jk) that exp and log would cancel in float32."""
+    z = a.to(tl.float64) * base[None, :]
+    low = tl.min(tl.where(kmask[None, :], z, float("inf")), 1)
+    terms = tl.where(kmask[None, :], tl.exp(-rvpo_k * (z - low[:, None])), 0.0)
+    return low - tl.log(tl.sum(terms, 1) / K) / rvpo_k
+
+
+@triton.jit
+def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, kmask, K, method, positive, rvpo_k):
     """Per-reward A_jk, the row's combined columns by lane and each row's
     scorable/keep flags (docs/spec.md#aggregation). x, mean, base and sum_mean
     are float64; each difference from a mean is taken there and then rounded
-    to float32. A method's own work sits behind its runtime flag."""
+    to float32. A method's own work sits behind its runtime predicate
+    (wire.METHOD_PREDICATES)."""
     a = tl.where(valid, (x - mean[None, :]).to(tl.float32) * scale[None, :], 0.0)
     scorable = tl.sum(valid.to(tl.int32), 1) > 0
     keep = tl.full(scorable.shape, True, tl.int1)
-    if drops != 0:
+    if wire.drops_conflicts(method):
         has_positive = tl.sum((a > 0.0).to(tl.int32), 1) > 0
         has_negative = tl.sum((a < 0.0).to(tl.int32), 1) > 0
         keep = ~(has_positive & has_negative)
-    col = tl.where(group_weighted != 0, a * weight[None, :], a)
+    col = tl.where(wire.group_weighted(method), a * weight[None, :], a)
     first = kk[None, :] == 0
     if positive != 0:
         col = tl.where(first, tl.sum(a, 1)[:, None], tl.maximum(a, 0.0))
-    if combined != 0:
+    if wire.summed_reward(method):
         summed = tl.where(scorable, (row_reward_sum(x, valid, base) - sum_mean).to(tl.float32) * sum_scale, 0.0)
         col = tl.where(first, summed[:, None], 0.0)
+    if wire.soft_minimum(method):
+        col = tl.where(first, soft_minimum(a, base, kmask, K, rvpo_k).to(tl.float32)[:, None], 0.0)
     return a, col, scorable, keep

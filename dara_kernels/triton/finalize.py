@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from . import wire
-from .wire import BATCH_NORM_RESPONSE, BATCH_NORM_TOKEN, DARA, DVAO, GRPO, SA_MRPO, SAW
+from .wire import BATCH_NORM_RESPONSE, BATCH_NORM_TOKEN, DARA, DVAO, SA_MRPO, SAW
 
 # Below this fraction of the sum of squares, a variance is the rounding error
 # of a constant reward (the same threshold as csrc/core/finalize.h).
@@ -53,12 +53,14 @@ def _dara_weights(base, density, kmask, alpha, density_floor, max_weight):
 @triton.jit
 def finalize_kernel(
     partial_ptr, extrema_ptr, programs, K, C, base_ptr, bounds_ptr,
-    density_ptr, weights_ptr, energy_ptr, weighted_energy_ptr, active_ptr, num_groups_ptr,
+    density_ptr, weights_ptr, energy_ptr, weighted_energy_ptr, active_ptr, group_count_ptr,
     batch_mean_ptr, batch_std_ptr, affine_ptr,
-    alpha, density_floor, max_weight, saw_delta, sa_gamma, bn_eps, method, batch_norm, has_bounds, positive,
+    has_bounds, method, batch_norm, bn_eps, alpha, density_floor, max_weight, saw_delta, sa_gamma,
+    calibration_positive,
     BLOCK_K: tl.constexpr,
 ):
     # Lanes as in accumulate (common.py): combined column c in lane c, reward k in lane k + positive.
+    positive = calibration_positive
     kk = tl.arange(0, BLOCK_K)
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
@@ -125,10 +127,10 @@ def finalize_kernel(
     diag = tl.sum(tl.where(kk[:, None] == kk[None, :], cross, 0.0), 1)
     # sum_j (u A + v [A]_+)^2, where sum_j A [A]_+ = sum_j [A]_+^2.
     calibrated_energy = u * u * energy + tl.where(positive != 0, (2.0 * u * v + v * v) * diag, 0.0)
-    weighted_energy = tl.where(method == DVAO, diag,
-                               tl.where(method == GRPO, base * base * energy, calibrated_energy))
-    combine = tl.where(method == DVAO, tl.where(kmask, 1.0, 0.0),
-                       tl.where(method == GRPO, tl.where(first, 1.0, 0.0),
+    weighted_energy = tl.where(wire.group_weighted(method), diag,
+                               tl.where(wire.one_column(method), base * base * energy, calibrated_energy))
+    combine = tl.where(wire.group_weighted(method), tl.where(kmask, 1.0, 0.0),
+                       tl.where(wire.one_column(method), tl.where(first, 1.0, 0.0),
                                 tl.where(positive != 0, tl.where(first, 1.0, v), u)))
     combine = tl.where(cmask, combine, 0.0)
 
@@ -154,7 +156,7 @@ def finalize_kernel(
     tl.store(energy_ptr + kr, energy.to(tl.float32), mask=kmask)
     tl.store(weighted_energy_ptr + kr, weighted_energy.to(tl.float32), mask=kmask)
     tl.store(active_ptr + kr, active.to(tl.int64), mask=kmask)
-    tl.store(num_groups_ptr + kk, (groups + kk * 0.0).to(tl.int64), mask=first)
+    tl.store(group_count_ptr + kk, (groups + kk * 0.0).to(tl.int64), mask=first)
     tl.store(batch_mean_ptr + kk, (mean + kk * 0.0).to(tl.float32), mask=first)
     tl.store(batch_std_ptr + kk, (std + kk * 0.0).to(tl.float32), mask=first)
     tl.store(affine_ptr + kk, combine, mask=cmask)

@@ -6,16 +6,18 @@ can record exactly the kernels, argument types and constexprs the op would
 launch (on meta tensors) and compile them ahead of time for a GPU target."""
 from __future__ import annotations
 
-import math
+import functools
+import inspect
 from typing import Callable, Optional
 
 import torch
 import triton
+import triton.language as tl
 
 from ..options import AdvantageOptions
 from ..output import AdvantageOutput
 from ..validation import PreparedInputs
-from ..wire import BATCH_NORM_CODE, METHOD_CODE, accumulator_sizes, combined_columns
+from ..wire import KERNEL_FIELDS, METHOD_TRAITS, accumulator_sizes, combined_columns
 from .accumulate import accumulate_kernel
 from .apply import apply_kernel
 from .finalize import finalize_kernel
@@ -57,7 +59,6 @@ def _programs(layout: DeviceLayout, device: torch.device) -> int:
     return max(1, min(target, layout.max_groups))
 
 
-# A tile's lanes (common.py): K, or K + 1 under positive calibration.
 def block_k(lanes: int) -> int:
     return max(2, triton.next_power_of_2(lanes))
 
@@ -83,38 +84,45 @@ def _token_weights(inputs: PreparedInputs, opts: AdvantageOptions):
     return inputs.response_lengths
 
 
-def _method_flags(opts: AdvantageOptions) -> tuple[int, int, int, int]:
-    """(combined, group_weighted, drops, positive): the method's shape in the row formulas."""
-    return (int(opts.method == "grpo"), int(opts.method == "dvao"), int(opts.method == "gd2po_hard"),
-            int(opts.calibration == "positive"))
+def option_arguments(opts: AdvantageOptions) -> dict:
+    """The packed option vector by field name, typed as the kernels take it
+    (wire.KERNEL_FIELDS): each kernel declares the fields it reads as
+    parameters of the same name."""
+    return {f.name: value if f.ctype == "double" else int(value)
+            for f, value in zip(KERNEL_FIELDS, opts.kernel_vectors[0])}
 
 
-def _columns(opts: AdvantageOptions, k: int) -> int:
-    return combined_columns(opts.method, k, opts.calibration == "positive")
+@functools.lru_cache(maxsize=None)
+def _runtime_parameters(kernel) -> tuple[str, ...]:
+    parameters = inspect.signature(kernel.fn).parameters.values()
+    return tuple(p.name for p in parameters if p.annotation is not tl.constexpr)
 
 
-def _blocks(k: int, positive: int) -> dict:
-    lanes = k + positive
+def bind(kernel, values: dict) -> list:
+    """The kernel's runtime arguments (all but its constexprs), in its parameter order, by name."""
+    return [values[name] for name in _runtime_parameters(kernel)]
+
+
+def _blocks(lanes: int) -> dict:
     return dict(BLOCK_R=block_r(lanes), BLOCK_K=block_k(lanes))
 
 
-def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, run: Launcher):
+def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, values: dict, run: Launcher):
     rewards = inputs.rewards
-    n, k = rewards.shape
-    c = _columns(opts, k)
+    k, c = values["K"], values["C"]
     device = rewards.device
     layout = device_layout(rewards, inputs.group_size, inputs.group_index)
     programs = _programs(layout, device)
     m, e = accumulator_sizes(k, c)
     groups = max(layout.max_groups, 1)
-    combined, group_weighted, drops, positive = _method_flags(opts)
+    traits = METHOD_TRAITS[opts.method]
     f32 = dict(dtype=torch.float32, device=device)
     f64 = dict(dtype=torch.float64, device=device)
     # Means (and GRPO's (mean, scale) pairs) in float64: apply takes each row's r - mu in double.
     table = dict(
         mean=torch.empty(groups * k, **f64), scale=torch.empty(groups * k, **f32),
-        weight=torch.empty(groups * k if group_weighted else 1, **f32),
-        sum_stats=torch.empty(2 * groups if combined else 2, **f64),
+        weight=torch.empty(groups * k if traits.columns == "group_weighted" else 1, **f32),
+        sum_stats=torch.empty(2 * groups if traits.columns == "summed" else 2, **f64),
         kappa=torch.empty(groups, **f32),
     )
     partial = torch.empty(programs, m, dtype=torch.float64, device=device)
@@ -123,16 +131,16 @@ def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, run: Launche
     unused = layout.num_groups
     # An unused pointer of the token weights' own dtype: one kernel variant either way.
     no_token = torch.empty(0, dtype=torch.float64, device=device)
-    run(accumulate_kernel, (programs,),
-        rewards, layout.rows if layout.rows is not None else unused,
-        layout.offsets if layout.offsets is not None else unused, layout.num_groups,
-        inputs.reward_weights, token if token is not None else no_token,
-        table["mean"], table["scale"], table["weight"], table["sum_stats"], table["kappa"], partial, extrema,
-        k, c, layout.group_size, opts.eps, opts.active_tol,
-        int(token is not None), combined, group_weighted, drops, int(opts.method in ("saw", "sa_mrpo")),
-        int(opts.nan_policy == "zero"), int(opts.unbiased), int(opts.scale_by_std), int(opts.singleton == "verl"),
-        positive, HAS_INDEX=inputs.group_index is not None, **_blocks(k, positive),
-        num_warps=accumulate_warps(k + positive), maxnreg=ACCUMULATE_REGISTERS)
+    values.update(
+        rewards_ptr=rewards, rows_ptr=layout.rows if layout.rows is not None else unused,
+        offsets_ptr=layout.offsets if layout.offsets is not None else unused, num_groups_ptr=layout.num_groups,
+        base_ptr=inputs.reward_weights, token_ptr=token if token is not None else no_token,
+        mean_ptr=table["mean"], scale_ptr=table["scale"], weight_ptr=table["weight"],
+        sum_stats_ptr=table["sum_stats"], kappa_ptr=table["kappa"], partial_ptr=partial, extrema_ptr=extrema,
+        group_size=layout.group_size, has_token=int(token is not None))
+    run(accumulate_kernel, (programs,), *bind(accumulate_kernel, values),
+        HAS_INDEX=inputs.group_index is not None, **_blocks(values["lanes"]),
+        num_warps=accumulate_warps(values["lanes"]), maxnreg=ACCUMULATE_REGISTERS)
     return layout, table, partial, extrema
 
 
@@ -143,10 +151,13 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
     accumulate and finalize."""
     rewards = inputs.rewards
     n, k = rewards.shape
-    c = _columns(opts, k)
     device = rewards.device
-    combined, group_weighted, drops, positive = _method_flags(opts)
-    layout, table, partial, local_extrema = _run_accumulate(inputs, opts, run)
+    values = option_arguments(opts)
+    positive = values["calibration_positive"]
+    # A tile's lanes (common.py): K, or K + 1 under positive calibration.
+    values.update(K=k, C=combined_columns(opts.method, k, bool(positive)), lanes=k + positive)
+    c = values["C"]
+    layout, table, partial, local_extrema = _run_accumulate(inputs, opts, values, run)
     if reduce is not None:
         accumulators, extrema = reduce(partial.sum(0), local_extrema.amax(0))
         m, e = accumulator_sizes(k, c)
@@ -162,27 +173,21 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
     batch_mean, batch_std = torch.empty((), **f32), torch.empty((), **f32)
     affine = torch.empty(c + 2, dtype=torch.float64, device=device)
     bounds = inputs.reward_bounds
-    run(finalize_kernel, (1,),
-        partial, local_extrema, partial.shape[0], k, c, inputs.reward_weights,
-        bounds if bounds is not None else affine,
-        density, weights, energy, weighted_energy, active, num_groups, batch_mean, batch_std, affine,
-        opts.alpha, opts.density_floor, math.inf if opts.max_weight is None else opts.max_weight,
-        opts.saw_delta, opts.sa_gamma, opts.bn_eps,
-        METHOD_CODE[opts.method], BATCH_NORM_CODE[opts.batch_norm], int(bounds is not None), positive,
-        BLOCK_K=block_k(k + positive), num_warps=FINALIZE_WARPS)
+    values.update(
+        partial_ptr=partial, extrema_ptr=local_extrema, programs=partial.shape[0],
+        base_ptr=inputs.reward_weights, bounds_ptr=bounds if bounds is not None else affine,
+        density_ptr=density, weights_ptr=weights, energy_ptr=energy, weighted_energy_ptr=weighted_energy,
+        active_ptr=active, group_count_ptr=num_groups, batch_mean_ptr=batch_mean, batch_std_ptr=batch_std,
+        affine_ptr=affine, has_bounds=int(bounds is not None))
+    run(finalize_kernel, (1,), *bind(finalize_kernel, values), BLOCK_K=block_k(values["lanes"]),
+        num_warps=FINALIZE_WARPS)
 
     advantages = torch.empty(n, **f32)
     keep = torch.empty(n, dtype=torch.bool, device=device)
     query_scale = torch.empty(n, **f32)
-    unused = layout.num_groups
-    run(apply_kernel, (_programs(layout, device),),
-        rewards, layout.rows if layout.rows is not None else unused,
-        layout.offsets if layout.offsets is not None else unused, layout.num_groups, inputs.reward_weights,
-        table["mean"], table["scale"], table["weight"], table["sum_stats"], table["kappa"], affine,
-        advantages, keep, query_scale,
-        k, c, layout.group_size, combined, group_weighted, drops, int(opts.nan_policy == "zero"),
-        int(opts.apply_query_scale), positive,
-        HAS_INDEX=inputs.group_index is not None, **_blocks(k, positive),
+    values.update(advantages_ptr=advantages, keep_ptr=keep, query_scale_ptr=query_scale)
+    run(apply_kernel, (_programs(layout, device),), *bind(apply_kernel, values),
+        HAS_INDEX=inputs.group_index is not None, **_blocks(values["lanes"]),
         num_warps=APPLY_WARPS, maxnreg=APPLY_REGISTERS)
     token_advantages = None
     if inputs.response_mask is not None:

@@ -102,8 +102,9 @@ def test_gdpo_trl_preset_equals_trl_normalize_then_sum(tmp_path):
     assert torch.isnan(rewards).all(1).any(), "no completion was unscorable"
 
 
-@pytest.mark.parametrize("method,options", [("dara", {}), ("static", {"calibration": "positive"})],
-                         ids=["dara-asym", "static-asym"])
+@pytest.mark.parametrize("method,options", [("dara", {}), ("static", {"calibration": "positive"}),
+                                            ("rvpo", {"rvpo_k": 2.0})],
+                         ids=["dara-asym", "static-asym", "rvpo"])
 def test_dara_equals_op_and_logs_metrics(tmp_path, method, options):
     import dara_kernels as dk
 

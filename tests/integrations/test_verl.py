@@ -108,6 +108,25 @@ def test_dara_options_reach_the_op(options, weights, expected):
     assert torch.equal(data.batch["advantages"], direct.token_advantages)
 
 
+@pytest.mark.parametrize("options", [{}, {"rvpo_k": 0.25}], ids=["k=1", "k=0.25"])
+def test_rvpo_through_dispatcher_equals_the_op(options):
+    """The authors' RVPO baseline as verl runs it: adv_estimator=rvpo, token whitening over the mask."""
+    import dara_kernels as dk
+
+    dara_verl.configure()
+    config = AlgoConfig(gdpo_reward_keys=KEYS)
+    config.dara_options = dict(options)
+    batch = make_batch(5)
+    data = ray_trainer.compute_advantage(copy.deepcopy(batch), adv_estimator="rvpo", config=config)
+    rewards = torch.from_numpy(np.stack([batch.non_tensor_batch[k].astype(np.float32) for k in KEYS], 1))
+    direct = dk.fused_advantage(rewards, group_index=dara_verl.group_ids(batch.non_tensor_batch["uid"]),
+                                method="rvpo", preset="verl", response_mask=batch.batch["response_mask"], **options)
+    assert torch.equal(data.batch["advantages"], direct.token_advantages)
+    config.dara_options = {"method": "dara"}
+    with pytest.raises(ValueError, match="runs method rvpo"):
+        ray_trainer.compute_advantage(copy.deepcopy(batch), adv_estimator="rvpo", config=config)
+
+
 def test_dara_options_method_must_be_dara_or_static():
     config = AlgoConfig(gdpo_reward_keys=KEYS)
     config.dara_options = {"method": "grpo"}

@@ -23,7 +23,7 @@ namespace {
 
 using OptTensor = std::optional<at::Tensor>;
 
-struct Problem {
+struct CpuProblem {
   Options options;
   AccumulatorLayout L;
   GroupLayout layout;
@@ -31,7 +31,7 @@ struct Problem {
   at::Tensor grouped, grouped_weights;      // the rewards and token weights in group order
   at::Tensor mask;                          // the response mask, contiguous, or undefined
 
-  AccumulateArgs args() const {
+  GroupedBatch args() const {
     return {RewardMatrix{grouped.const_data_ptr(), grouped.scalar_type() == at::kDouble, L.K}, &options,
             base.const_data_ptr<double>(),
             grouped_weights.defined() ? grouped_weights.const_data_ptr<double>() : nullptr, &layout};
@@ -43,7 +43,7 @@ struct Problem {
 // weights) into it, and apply's outputs back (to_input_order).
 template <typename T>
 at::Tensor in_group_order(const at::Tensor& t, const GroupLayout& layout) {
-  if (!layout.sorted()) return t;
+  if (!layout.from_group_index()) return t;
   at::Tensor out = at::empty_like(t);
   const int width = t.dim() == 2 ? static_cast<int>(t.size(1)) : 1;
   scatter_rows(t.const_data_ptr<T>(), t.size(0), width, layout.positions(), out.data_ptr<T>());
@@ -60,9 +60,9 @@ at::Tensor mask_row_sums_of(const at::Tensor& mask) {
   return sums;
 }
 
-Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
-                     const at::Tensor& reward_weights, const OptTensor& response_mask,
-                     const OptTensor& response_lengths, at::ArrayRef<double> options) {
+CpuProblem make_problem(const at::Tensor& rewards, const OptTensor& group_index, int64_t group_size,
+                        const at::Tensor& reward_weights, const OptTensor& response_mask,
+                        const OptTensor& response_lengths, at::ArrayRef<double> options) {
   TORCH_CHECK(options.size() == kNumOptions, "dara: expected ", kNumOptions, " options, got ", options.size());
   TORCH_CHECK(rewards.dim() == 2 && rewards.device().is_cpu(), "dara: rewards must be a [N, K] CPU tensor");
   const int64_t n = rewards.size(0), K = rewards.size(1);
@@ -74,10 +74,10 @@ Problem make_problem(const at::Tensor& rewards, const OptTensor& group_index, in
   }
   // Rows are read as float or double; narrower rewards are exactly float.
   const bool is_double = rewards.scalar_type() == at::kDouble;
-  Problem p{.options = options_from_vector(options.data()),
-            .rewards = rewards.to(is_double ? at::kDouble : at::kFloat).contiguous(),
-            .base = reward_weights.to(at::kDouble).contiguous(),
-            .mask = response_mask.has_value() ? response_mask->contiguous() : at::Tensor()};
+  CpuProblem p{.options = options_from_vector(options.data()),
+               .rewards = rewards.to(is_double ? at::kDouble : at::kFloat).contiguous(),
+               .base = reward_weights.to(at::kDouble).contiguous(),
+               .mask = response_mask.has_value() ? response_mask->contiguous() : at::Tensor()};
   p.L = AccumulatorLayout{static_cast<int>(K), p.options.combined_columns(static_cast<int>(K))};
   if (group_index.has_value()) {
     TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
@@ -114,7 +114,7 @@ std::tuple<at::Tensor, at::Tensor> accumulate_cpu(const at::Tensor& rewards, con
                                                   int64_t group_size, const at::Tensor& reward_weights,
                                                   const OptTensor& response_mask, const OptTensor& response_lengths,
                                                   at::ArrayRef<double> options) {
-  const Problem p =
+  const CpuProblem p =
       make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
   GroupTable table(p.layout.num_groups(), p.L.K, p.options);
   at::Tensor acc = at::empty({p.L.size()}, at::kDouble);
@@ -133,7 +133,7 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
                                 const at::Tensor& reward_weights, const OptTensor& response_mask,
                                 const OptTensor& response_lengths, const OptTensor& reward_bounds,
                                 const OptTensor& accumulators, const OptTensor& extrema, at::ArrayRef<double> options) {
-  const Problem p =
+  const CpuProblem p =
       make_problem(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options);
   const int64_t n = rewards.size(0), K = p.L.K;
   GroupTable table(p.layout.num_groups(), p.L.K, p.options);
@@ -175,14 +175,14 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
   r.advantages = at::empty({n}, f32);
   r.keep = at::empty({n}, at::kBool);
   r.query_scale = at::empty({n}, f32);
-  const ApplyOutputs out{r.advantages.data_ptr<float>(), r.keep.data_ptr<bool>(), r.query_scale.data_ptr<float>()};
+  const CpuApplyOutputs out{r.advantages.data_ptr<float>(), r.keep.data_ptr<bool>(), r.query_scale.data_ptr<float>()};
   const ApplyArgs apply_args{combine.data(), shift_scale[0], shift_scale[1]};
   // Stride 2 (each row's advantage beside its query scale) makes the shuffled
   // dara call 1.08x [1.00-1.16] faster than three separate arrays (N = 2^20,
   // K = 4, G = 16, 2 threads; benchmarks/compare_builds.py).
-  if (p.layout.sorted()) {
+  if (p.layout.from_group_index()) {
     const at::Tensor scores = at::empty({n, 2}, f32), keep = at::empty({n}, at::kBool);
-    const ApplyOutputs grouped{scores.data_ptr<float>(), keep.data_ptr<bool>(), scores.data_ptr<float>() + 1, 2};
+    const CpuApplyOutputs grouped{scores.data_ptr<float>(), keep.data_ptr<bool>(), scores.data_ptr<float>() + 1, 2};
     apply(p.args(), p.L, table, apply_args, grouped);
     to_input_order(grouped, p.layout.positions(), n, out);
   } else {

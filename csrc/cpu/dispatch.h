@@ -9,15 +9,11 @@
 #pragma once
 #include <type_traits>
 
+#include "../core/row_arrays.h"
 #include "../core/row_signal.h"
 #include "../core/wire.h"
 
 namespace dara {
-
-template <int KT>
-constexpr int max_rewards() {
-  return KT > 0 ? KT : kMaxCpuRewards;
-}
 
 // The rewards [N, K], float or double.
 struct RewardMatrix {
@@ -29,25 +25,31 @@ struct RewardMatrix {
 template <Columns M>
 using ColumnsConstant = std::integral_constant<Columns, M>;
 
-// The combined-column count of a mode for KT rewards (0: unknown).
+// The combined-column count of a mode for KT rewards (0: not known at compile time).
 template <int KT, Columns M>
 constexpr int column_count() {
-  return M == Columns::kSummed ? 1 : KT == 0 ? 0 : M == Columns::kPositiveParts ? KT + 1 : KT;
+  return M == Columns::kRuntime || (KT == 0 && columns_follow_k(M)) ? 0 : column_count(M, KT);
 }
 
-// The length of a row's combined-column array for a column count CT (0: any).
+template <int KT>
+constexpr int cpu_rewards() {
+  return max_rewards<KT, kMaxCpuRewards>();
+}
+
 template <int CT>
-constexpr int max_columns() {
-  return CT > 0 ? CT : kMaxCpuRewards + 1;
+constexpr int cpu_columns() {
+  return max_columns<CT, kMaxCpuRewards>();
 }
 
 // f(KT, M) for the options' combined columns.
 template <typename F>
 void dispatch_counts(int K, const Options& o, const F& f) {
   auto with_k = [&](auto kt) {
-    switch (columns_of(o)) {
+    switch (o.columns()) {
       case Columns::kSummed:
         return f(kt, ColumnsConstant<Columns::kSummed>{});
+      case Columns::kSoftMinimum:
+        return f(kt, ColumnsConstant<Columns::kSoftMinimum>{});
       case Columns::kGroupWeighted:
         return f(kt, ColumnsConstant<Columns::kGroupWeighted>{});
       case Columns::kPositiveParts:

@@ -46,7 +46,7 @@ cuda::DType dtype_of(at::ScalarType t) {
 }
 
 struct Prepared {
-  cuda::Problem problem;
+  cuda::CudaProblem problem;
   at::Tensor rewards, base, rows, offsets, num_groups, token_weights, bounds;
   int64_t max_groups;
 };
@@ -117,19 +117,19 @@ Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_
     check_on_device(*reward_bounds, rewards, "reward_bounds");
     p.bounds = reward_bounds->to(at::kDouble).contiguous();
   }
-  p.problem = cuda::Problem{p.rewards.data_ptr(),
-                            dtype_of(p.rewards.scalar_type()),
-                            static_cast<int>(K),
-                            o.combined_columns(static_cast<int>(K)),
-                            group_index.has_value() ? 0 : group_size,
-                            p.rows.defined() ? p.rows.data_ptr<int64_t>() : nullptr,
-                            p.offsets.defined() ? p.offsets.data_ptr<int64_t>() : nullptr,
-                            p.num_groups.defined() ? p.num_groups.data_ptr<int64_t>() : nullptr,
-                            group_index.has_value() ? 0 : p.max_groups,
-                            p.base.data_ptr<double>(),
-                            p.token_weights.defined() ? p.token_weights.data_ptr<double>() : nullptr,
-                            p.bounds.defined() ? p.bounds.data_ptr<double>() : nullptr,
-                            o};
+  p.problem = cuda::CudaProblem{p.rewards.data_ptr(),
+                                dtype_of(p.rewards.scalar_type()),
+                                static_cast<int>(K),
+                                o.combined_columns(static_cast<int>(K)),
+                                group_index.has_value() ? 0 : group_size,
+                                p.rows.defined() ? p.rows.data_ptr<int64_t>() : nullptr,
+                                p.offsets.defined() ? p.offsets.data_ptr<int64_t>() : nullptr,
+                                p.num_groups.defined() ? p.num_groups.data_ptr<int64_t>() : nullptr,
+                                group_index.has_value() ? 0 : p.max_groups,
+                                p.base.data_ptr<double>(),
+                                p.token_weights.defined() ? p.token_weights.data_ptr<double>() : nullptr,
+                                p.bounds.defined() ? p.bounds.data_ptr<double>() : nullptr,
+                                o};
   return p;
 }
 
@@ -152,7 +152,7 @@ Launch plan(const Prepared& p, cudaStream_t stream) {
   l.mean = at::empty({groups * K}, f64);
   l.scale = at::empty({groups * K}, f64);
   l.weight = at::empty({o.group_weighted() ? groups * K : 1}, f64);
-  l.sum_stats = at::empty({o.combined_column() ? 2 * groups : 2}, f64);
+  l.sum_stats = at::empty({o.summed_reward() ? 2 * groups : 2}, f64);
   l.kappa = at::empty({groups}, f32);
   l.partial = at::empty({l.blocks, L.size()}, f64);
   l.partial_extrema = at::empty({l.blocks, L.extrema_size()}, f64);
@@ -237,13 +237,13 @@ OutputTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& gro
     mask = response_mask->contiguous();
     token = at::empty({n, mask.size(1)}, f32);
   }
-  const cuda::ApplyOutputs out{advantages.data_ptr<float>(),
-                               keep.data_ptr<bool>(),
-                               query_scale.data_ptr<float>(),
-                               mask.defined() ? token.data_ptr<float>() : nullptr,
-                               mask.defined() ? mask.data_ptr() : nullptr,
-                               mask.defined() ? dtype_of(mask.scalar_type()) : cuda::DType::kBool,
-                               mask.defined() ? mask.size(1) : 0};
+  const cuda::CudaApplyOutputs out{advantages.data_ptr<float>(),
+                                   keep.data_ptr<bool>(),
+                                   query_scale.data_ptr<float>(),
+                                   mask.defined() ? token.data_ptr<float>() : nullptr,
+                                   mask.defined() ? mask.data_ptr() : nullptr,
+                                   mask.defined() ? dtype_of(mask.scalar_type()) : cuda::DType::kBool,
+                                   mask.defined() ? mask.size(1) : 0};
   check(cuda::launch_apply(p.problem, l.table, affine.data_ptr<double>(), out, l.blocks, stream));
   return outputs_tuple(AdvantageResult{.advantages = advantages,
                                        .token_advantages = token,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-shot GPU acceptance, for a machine with one CUDA GPU, torch, triton and
 # nvcc installed and no network (nothing is installed):
-#   bash benchmarks/gpu_check.sh
+#   bash scripts/gpu_check.sh
 # 0. checks that torch, triton, pytest, numpy, setuptools >= 77 and ninja are
 #    there, and stops naming every one that is missing,
 # 1. builds the extension in place for the detected GPU against the installed
@@ -27,8 +27,8 @@ export TRITON_INTERPRET=0 DARA_TRITON_INTERPRET=0
 # each, it takes as long as its slowest object plus the link and setup.py's start:
 #   BUILD_EXPECTED = max(slowest object, all objects / 16) + start and link;  cap = 2 x that, rounded up to 10 s.
 # Measured on the 2-core CI machine (the kernel of cc6b723, torch 2.11.0+cu130, TORCH_CUDA_ARCH_LIST=9.0 as for an
-# H200, MAX_JOBS=1 as below: 61 s wall): slowest csrc/cpu/advantage_cpu.cpp 16.4 s, then
-# csrc/cuda/advantage_cuda_binding.cpp 15.0 s, all 8 objects 59.0 s; start (torch import) and link taken as
+# H200, MAX_JOBS=1 as below: 61 s wall): slowest csrc/cpu/binding.cpp (then named advantage_cpu.cpp) 16.4 s, then
+# csrc/cuda/binding.cpp 15.0 s, all 8 objects 59.0 s; start (torch import) and link taken as
 # 5 s. BUILD_EXPECTED = max(16.4, 59.0 / 16) + 5 = 22 s; cap 50 s.
 # Re-derive after a change to csrc/: on that machine, with nothing else running (MAX_JOBS=1: one object at
 # a time, so each object's wall time is its one-core time),
@@ -118,7 +118,7 @@ fi
 
 run_step tests 200 100 "$OUT/tests.log" \
   "$PY" -m pytest -q -p no:cacheprovider --durations=10 \
-  tests/test_cuda_backend.py tests/test_triton_backend.py tests/test_authors_setups.py
+  tests/test_cuda_backend.py tests/test_triton_backend.py tests/test_authors_setups.py tests/test_rvpo.py
 
 run_step acceptance 100 20 "$OUT/acceptance.log" \
   "$PY" benchmarks/gpu_summary.py measure --json "$OUT/acceptance.json"

@@ -99,9 +99,9 @@ def run_one(preset: str, label: str, overrides: list[str], seed: int, steps: int
         os.environ.pop(key, None)
     import torch.distributed as dist
 
-    from trainer.config import load_config
-    from trainer.metrics import read_metrics
-    from trainer.train import Trainer
+    from dara_train.config import load_config
+    from dara_train.metrics import read_metrics
+    from dara_train.train import Trainer
 
     out = Path(workdir) / f"{label}-seed{seed}"
     shutil.rmtree(out, ignore_errors=True)
@@ -236,7 +236,7 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
 
 def run_steps(run: dict) -> dict:
     """reward (and `all`) -> steps to threshold; never reached -> run length - start + 1."""
-    from trainer.summary import first_joint_step, steps_to_threshold, thresholds_for
+    from dara_train.summary import first_joint_step, steps_to_threshold, thresholds_for
 
     thresholds = thresholds_for(run["rewards"], run["thresholds"])
     never = run["steps"] - run["start"] + 1
@@ -350,7 +350,7 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> None:
 
 def print_tables(data: dict, summary: dict) -> None:
     run = data["runs"][0]
-    from trainer.summary import thresholds_for
+    from dara_train.summary import thresholds_for
 
     thresholds = thresholds_for(run["rewards"], run["thresholds"])
     rewards = run["rewards"] + ["all"]
@@ -448,7 +448,7 @@ def main(argv=None) -> None:
                         "other overrides) and write them to it; without it the file is only read")
     args = parser.parse_args(argv)
 
-    from trainer.config import load_config
+    from dara_train.config import load_config
 
     names = [m for m in args.methods.split(",") if m] + (TABLE5_BASELINES if args.baselines else [])
     static = args.static_weights or DEFAULT_STATIC_WEIGHTS.get(args.preset, "1,5,1")

@@ -31,7 +31,7 @@ def test_sign_test_is_exact_and_two_sided():
 
 
 def test_named_methods_reach_both_calibrations_and_group_sizes():
-    from trainer.config import load_config
+    from dara_train.config import load_config
 
     script = load_script()
     specs = script.method_specs(script.MAIN_METHODS, "1,5,1", [4, 16], preset_group=4, replies=512)

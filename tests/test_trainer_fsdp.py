@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 
 
 def make_batch():
-    from trainer.ppo import TrainBatch
+    from dara_train.ppo import TrainBatch
 
     gen = torch.Generator().manual_seed(0)
     n, s = 8, 10
@@ -27,11 +27,11 @@ def make_batch():
 def worker(rank, world, init_file, results):
     import torch.distributed as dist
 
-    from trainer.config import ModelConfig, OptimConfig
-    from trainer.distributed import full_state_dict, shard_policy
-    from trainer.model import build_policy
-    from trainer.ppo import TrainBatch
-    from trainer.train import update
+    from dara_train.config import ModelConfig, OptimConfig
+    from dara_train.distributed import full_state_dict, shard_policy
+    from dara_train.model import build_policy
+    from dara_train.ppo import TrainBatch
+    from dara_train.train import update
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
@@ -66,8 +66,8 @@ def test_two_process_update_equals_one_process():
     one, two = run(1), run(2)
     for name, value in one.items():
         torch.testing.assert_close(two[name], value, rtol=1e-5, atol=1e-6, msg=name)
-    from trainer.config import ModelConfig
-    from trainer.model import build_policy
+    from dara_train.config import ModelConfig
+    from dara_train.model import build_policy
 
     initial = build_policy(ModelConfig())[0].state_dict()
     changed = sum(not torch.equal(initial[k], one[k]) for k in one)

@@ -6,9 +6,9 @@ import torch
 
 pytest.importorskip("transformers")
 
-from trainer.config import ModelConfig  # noqa: E402
-from trainer.model import build_policy  # noqa: E402
-from trainer.ppo import TrainBatch, ppo_loss, token_logprobs  # noqa: E402
+from dara_train.config import ModelConfig  # noqa: E402
+from dara_train.model import build_policy  # noqa: E402
+from dara_train.ppo import TrainBatch, ppo_loss, token_logprobs  # noqa: E402
 
 
 def sample(model, prompt, temperature):

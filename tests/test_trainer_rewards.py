@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from trainer.config import TaskConfig
-from trainer.tasks import Response
+from dara_train.config import TaskConfig
+from dara_train.tasks import Response
 
 
 def resp(text, finished=True):
@@ -15,7 +15,7 @@ def resp(text, finished=True):
 @pytest.fixture
 def math_task(tmp_path):
     pytest.importorskip("math_verify")
-    from trainer.tasks.math import MathTask
+    from dara_train.tasks.math import MathTask
 
     data = tmp_path / "problems.jsonl"
     data.write_text('{"question": "What is 2+2?", "answer": "4"}\n')
@@ -44,7 +44,7 @@ def test_math_rewards_and_length_shapes(math_task):
 @pytest.fixture(scope="module")
 def toolcall_task():
     pytest.importorskip("bfcl_eval")
-    from trainer.tasks.toolcall import ToolCallTask
+    from dara_train.tasks.toolcall import ToolCallTask
 
     return ToolCallTask(TaskConfig(name="toolcall", max_length=400, eval_size=4))
 
@@ -80,7 +80,7 @@ class TestToolCall:
 
     def test_bfcl_ast_checker_known_cases(self, toolcall_task):
         task = toolcall_task
-        from trainer.tasks.bfcl import ast_check
+        from dara_train.tasks.bfcl import ast_check
 
         entry = self.first(task).meta["entry"]
         assert ast_check(entry, [{"calculate_triangle_area": {"base": 10, "height": 5}}], "simple_python")

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
+from dara_train.metrics import read_metrics  # noqa: E402
 from tests.trainer_helpers import run_train  # noqa: E402
-from trainer.metrics import read_metrics  # noqa: E402
 
 REQUIRED = ["step", "response_length/mean", "adv/batch_std", "time/rollout", "time/reward",
             "time/advantage", "time/update"]
@@ -37,7 +37,7 @@ def test_toy_run_metrics_and_learning(tmp_path):
     assert end > start + 0.2, f"format reward did not rise: {start:.3f} -> {end:.3f}"
 
     png = tmp_path / "curves.png"
-    from trainer.plot import plot_run
+    from dara_train.plot import plot_run
 
     assert plot_run(out, png).stat().st_size > 1000
 

@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from trainer.config import TaskConfig
-from trainer.tasks import Prompt, Response
-from trainer.tasks.toy import ToyTask
+from dara_train.config import TaskConfig
+from dara_train.tasks import Prompt, Response, chat
+from dara_train.tasks.toy import ToyTask
 
 NAMES = ["correct", "format", "length"]
 
@@ -17,7 +17,7 @@ def reply(text, finished=True):
 
 def scorer(**task_options):
     task = ToyTask(TaskConfig(name="toy", max_length=3, **task_options))
-    prompt = Prompt("37=", 3)
+    prompt = Prompt(chat("37="), 3)
     return task, lambda text, finished=True: task.score(NAMES, [prompt], [reply(text, finished)])[0].tolist()
 
 
@@ -67,9 +67,9 @@ def test_marker_shifts_at_shift_step():
 def test_held_out_prompts_are_disjoint_and_no_constant_beats_chance():
     task = ToyTask(TaskConfig(name="toy"))
     held = task.eval_prompts()
-    trained = {p.text for p in task.sample(random.Random(0), 5000)}
+    trained = {p.messages[-1]["content"] for p in task.sample(random.Random(0), 5000)}
     assert len(held) == 20 and len(trained) == 80
-    assert not trained & {p.text for p in held}
+    assert not trained & {p.messages[-1]["content"] for p in held}
     for prompts in (held, [task._prompt(a, b) for a, b in task.train_pairs]):
         for digit in range(10):
             accuracy = task.score(["correct"], prompts, [reply(f"{digit}#")] * len(prompts)).mean().item()

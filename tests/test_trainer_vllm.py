@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("vllm")
 pytest.importorskip("transformers")
+from tests.trainer_helpers import run_two_steps  # noqa: E402
 
 
 def random_text(seed: int, length: int) -> str:
@@ -19,9 +20,9 @@ LONG = random_text(0, 600)
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from trainer.config import ModelConfig
-    from trainer.model import build_policy, save_for_inference
-    from trainer.rollout import VLLMEngine
+    from dara_train.config import ModelConfig
+    from dara_train.model import build_policy, save_for_inference
+    from dara_train.rollout import VLLMEngine
 
     initial, tokenizer = build_policy(ModelConfig(seed=0))
     engine = VLLMEngine(save_for_inference(initial, tokenizer, tmp_path_factory.mktemp("model")), tokenizer,
@@ -31,9 +32,9 @@ def engine(tmp_path_factory):
 
 
 def test_vllm_after_sync_equals_hf_greedy(engine):
-    from trainer.config import ModelConfig
-    from trainer.model import build_policy
-    from trainer.rollout import HFEngine
+    from dara_train.config import ModelConfig
+    from dara_train.model import build_policy
+    from dara_train.rollout import HFEngine
 
     tokenizer = engine.tokenizer
     trained, _ = build_policy(ModelConfig(seed=1))
@@ -64,28 +65,15 @@ def test_seeded_sampling_of_long_prompts_is_reproducible(engine):
     assert first[0] != first[1], "a prompt's two samples are alike"
 
 
-def run_metrics(out, *args, ranks=1):
-    from tests.trainer_helpers import run_train
-    from trainer.metrics import read_metrics
-
-    run_train(*args, "--steps", "2", "--output-dir", str(out), "--set", "task.eval_size=4", "--set", "eval_every=2",
-              ranks=ranks)
-    assert "engine: vllm" in (out / "config.yaml").read_text()
-    records = read_metrics(out)
-    assert [r["step"] for r in records if "time/rollout" in r] == [1, 2]
-    assert [r["step"] for r in records if "eval/correct" in r] == [0, 2]
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
-
-
 def test_math_preset_runs_with_vllm_reproducibly_by_seed(tmp_path):
     pytest.importorskip("reasoning_gym")
     pytest.importorskip("math_verify")
     # The preset's default engine, then the flag: the same rollouts, so the same metrics.
-    first = run_metrics(tmp_path / "default", "--preset", "math")
-    assert run_metrics(tmp_path / "flag", "--preset", "math", "--rollout", "vllm") == first
+    first = run_two_steps(tmp_path / "default", "--preset", "math")
+    assert run_two_steps(tmp_path / "flag", "--preset", "math", "--rollout", "vllm") == first
 
 
 def test_toolcall_preset_runs_with_vllm_on_two_ranks(tmp_path):
     pytest.importorskip("bfcl_eval")
-    records = run_metrics(tmp_path / "toolcall", "--preset", "toolcall", ranks=2)
+    records = run_two_steps(tmp_path / "toolcall", "--preset", "toolcall", ranks=2)
     assert "eval/bfcl_ast_accuracy" in records[-1]

@@ -13,24 +13,37 @@ from .config import ModelConfig
 TOY_CHARACTERS = list("0123456789+=#xyz ")
 ASCII_CHARACTERS = [chr(c) for c in range(32, 127)] + ["\n"]
 VOCABULARIES = {"toy": TOY_CHARACTERS, "ascii": ASCII_CHARACTERS}
+THINK = "<think>"   # the math and toolcall formats' reasoning block
 
 
 class Tokenizer(Protocol):
     eos_token_id: int
     pad_token_id: int
+    stop_token_ids: list[int]   # any of them ends a response
+    reply_prefix: str           # the start of the reply that the chat template's generation prompt writes
 
     def encode(self, text: str) -> list[int]: ...
-    def decode(self, ids: list[int]) -> str: ...
+    def encode_prompt(self, messages: list[dict]) -> list[int]: ...
+    def decode(self, ids: list[int]) -> str: ...                # a response's text, special tokens dropped
+    def decode_as_seen(self, ids: list[int]) -> str: ...        # special tokens included
+
+
+def plain_text(messages: list[dict]) -> str:
+    """A prompt for a model without a chat template: the messages' contents, one per line."""
+    return "\n".join(m["content"] for m in messages)
 
 
 class CharTokenizer:
     """One token per character; ids 0-2 are <pad>, <bos>, <eos>."""
 
     pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
+    SPECIAL = ("<pad>", "<bos>", "<eos>")
 
     def __init__(self, characters=TOY_CHARACTERS):
         self.characters = list(characters)
         self.index = {c: i + 3 for i, c in enumerate(self.characters)}
+        self.stop_token_ids = [self.eos_token_id]
+        self.reply_prefix = ""
 
     @property
     def vocab_size(self) -> int:
@@ -43,28 +56,73 @@ class CharTokenizer:
                              "(model.vocab=ascii covers printable ASCII)")
         return [self.bos_token_id] + [self.index[c] for c in text]
 
+    def encode_prompt(self, messages: list[dict]) -> list[int]:
+        return self.encode(plain_text(messages))
+
     def decode(self, ids) -> str:
         return "".join(self.characters[i - 3] for i in ids if i >= 3)
+
+    def decode_as_seen(self, ids) -> str:
+        return "".join(self.SPECIAL[i] if i < 3 else self.characters[i - 3] for i in ids)
 
     def save(self, directory: Path) -> None:
         (directory / "char_tokenizer.json").write_text(json.dumps({"characters": self.characters}))
 
 
+def generation_stop_tokens(path: str) -> list[int]:
+    """The model's own end-of-turn tokens: generation_config.json's eos_token_id (one id or a list)."""
+    from transformers import GenerationConfig
+
+    try:
+        ids = GenerationConfig.from_pretrained(path).eos_token_id
+    except OSError:  # no generation_config.json
+        return []
+    return [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+
+
 class HFTokenizer:
-    """Adapter over a transformers tokenizer loaded from a local path."""
+    """Adapter over a transformers tokenizer loaded from a local path. Prompts go through its chat template
+    (with the generation prompt) where it has one; a response ends at the tokenizer's EOS or any stop token
+    of the model's generation config (Qwen's <|im_end|> and <|endoftext|>)."""
 
     def __init__(self, path: str):
         from transformers import AutoTokenizer
 
         self.inner = AutoTokenizer.from_pretrained(path)
-        self.eos_token_id = self.inner.eos_token_id
+        self.chat_template = bool(self.inner.chat_template)
+        stops = generation_stop_tokens(path) + ([self.inner.eos_token_id] if self.inner.eos_token_id is not None
+                                                else [])
+        if not stops:
+            raise ValueError(f"{path}: neither the tokenizer nor generation_config.json names an end token, so no "
+                             "response could finish")
+        self.stop_token_ids = list(dict.fromkeys(stops))
+        self.eos_token_id = self.inner.eos_token_id if self.inner.eos_token_id is not None else stops[0]
         self.pad_token_id = self.inner.pad_token_id if self.inner.pad_token_id is not None else self.eos_token_id
+        self.reply_prefix = self.opened_reasoning_block() if self.chat_template else ""
+
+    def opened_reasoning_block(self) -> str:
+        """DeepSeek-R1-Distill's templates end the generation prompt with "<think>\\n": the reply starts inside
+        its reasoning block, and the rewards, which ask for the block, read that opening as the reply's."""
+        probe = self.inner.apply_chat_template([{"role": "user", "content": "?"}], tokenize=False,
+                                               add_generation_prompt=True)
+        start = probe.rfind(THINK)
+        return probe[start:] if start >= 0 and not probe[start + len(THINK):].strip() else ""
 
     def encode(self, text: str) -> list[int]:
         return self.inner.encode(text)
 
+    def encode_prompt(self, messages: list[dict]) -> list[int]:
+        if not self.chat_template:
+            return self.inner.encode(plain_text(messages))
+        # The template writes the special tokens (BOS included where it has one): none added twice.
+        text = self.inner.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.inner.encode(text, add_special_tokens=False)
+
     def decode(self, ids) -> str:
         return self.inner.decode(ids, skip_special_tokens=True)
+
+    def decode_as_seen(self, ids) -> str:
+        return self.inner.decode(ids, skip_special_tokens=False)
 
 
 def tiny_config(cfg: ModelConfig, vocab_size: int):

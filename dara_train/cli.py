@@ -2,7 +2,7 @@
 
     dara-train --preset toy --steps N --output-dir DIR [--rollout hf|vllm] [--set key=value ...]
     dara-train plot OUTPUT_DIR
-    torchrun --nproc_per_node 2 -m trainer.cli --preset toy ...   (FSDP2 over 2 ranks)
+    torchrun --nproc_per_node 2 -m dara_train.cli --preset toy ...   (FSDP2 over 2 ranks)
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 
 def train_main(argv) -> None:
     parser = argparse.ArgumentParser(prog="dara-train", description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="toy", help="a config under trainer/configs (default: toy)")
+    parser.add_argument("--preset", default="toy", help="a config under dara_train/configs (default: toy)")
     parser.add_argument("--config", help="a YAML file applied after the preset")
     parser.add_argument("--steps", type=int)
     parser.add_argument("--output-dir")

@@ -17,7 +17,7 @@ import math
 import random
 import re
 
-from . import Prompt, Response, Task
+from . import Prompt, Response, Task, chat
 from .bfcl import ast_check, load_category
 
 CATEGORY = "simple_python"
@@ -84,18 +84,19 @@ def correctness_reward(prompt: Prompt, response: Response) -> float:
     return score
 
 
-def system_prompt(entry: dict) -> str:
+def messages(entry: dict) -> list[dict]:
+    """The tools and the answer format as the system message, BFCL's question as the user's."""
     tools = json.dumps(entry["function"], ensure_ascii=True)
-    question = entry["question"][0][-1]["content"]
-    return ("You can call these tools:\n" + tools + "\nAnswer with <think>your reasoning</think> then "
-            "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.\nUser: " + question + "\n")
+    system = ("You can call these tools:\n" + tools + "\nAnswer with <think>your reasoning</think> then "
+              "<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.")
+    return chat(entry["question"][0][-1]["content"], system)
 
 
 class ToolCallTask(Task):
     def __init__(self, cfg):
         self.cfg = cfg
         entries = load_category(CATEGORY)
-        self.prompts = [Prompt(system_prompt(e), _expected(e)[0], {"entry": e}) for e in entries]
+        self.prompts = [Prompt(messages(e), _expected(e)[0], {"entry": e}) for e in entries]
         self.rewards = {"format": format_reward, "correct": correctness_reward, "length": self.length}
 
     def length(self, prompt: Prompt, response: Response) -> float:

@@ -79,6 +79,7 @@ class TrainConfig:
     output_dir: str = "runs/toy"
     save_every: int = 0                 # 0: only at the end
     eval_every: int = 10
+    eval_samples: int = 4               # held-out prompts and responses written to samples.jsonl per evaluation
     tensorboard: bool = False
     report: bool = True                 # end with a summary of what was learned and write curves.png
     mixed_precision: bool = True        # bf16 FSDP2 mixed precision on GPU (ignored on CPU)

@@ -15,7 +15,7 @@ import dara_kernels as dk
 
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig, to_dict
-from .distributed import all_sum, full_state_dict, init_distributed, shard_policy
+from .distributed import all_max, all_sum, full_state_dict, init_distributed, shard_policy
 from .metrics import MetricsLog, read_metrics
 from .model import build_policy
 from .plot import plot_run
@@ -41,17 +41,30 @@ def local_prompts(task, cfg: TrainConfig, step: int, rank: int, world: int):
 
 
 def build_batch(prompt_ids, generations, pad_id: int, device) -> tuple[torch.Tensor, ...]:
+    """Right-padded rows of prompt + response: ids, attention mask, response mask and the engine's
+    log-probability of each response token, at the positions token_logprobs gives them."""
     rows = [prompt_ids[g.prompt_index] + g.token_ids for g in generations]
     width = max(len(r) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attention = torch.zeros_like(ids)
     response = torch.zeros_like(ids)
+    sampled = torch.zeros(ids.shape)
     for i, (g, row) in enumerate(zip(generations, rows)):
         ids[i, :len(row)] = torch.tensor(row)
         attention[i, :len(row)] = 1
         start = len(prompt_ids[g.prompt_index])
         response[i, start:len(row)] = 1
-    return ids.to(device), attention.to(device), response.to(device)
+        sampled[i, start:len(row)] = torch.tensor(g.logprobs)
+    return ids.to(device), attention.to(device), response.to(device), sampled.to(device)
+
+
+def rollout_logprob_diff(sampled: torch.Tensor, trainer: torch.Tensor, response_mask: torch.Tensor) -> dict:
+    """|engine - trainer| log-probability of the sampled tokens over all ranks' response tokens: near 0 when
+    the engine samples from the policy being trained (a stale or wrong weight sync shows here first)."""
+    diff = (sampled - trainer).abs() * response_mask
+    sums = all_sum(torch.stack([diff.sum(), response_mask.sum()]).double().cpu())
+    return {"rollout/logprob_diff_mean": (sums[0] / sums[1].clamp(min=1)).item(),
+            "rollout/logprob_diff_max": all_max(diff.max().reshape(1).cpu()).item()}
 
 
 def update(model, optimizer, batch: TrainBatch, optim_cfg, temperature: float = 1.0) -> dict:
@@ -99,6 +112,16 @@ def reward_metrics(names, rewards: torch.Tensor, out) -> dict:
     return record
 
 
+def to_responses(tokenizer, generations) -> list[Response]:
+    """What the rewards read: the reply's text (after what the chat template opened of it) without the stop
+    token, and its length in generated tokens."""
+    out = []
+    for g in generations:
+        tokens = g.token_ids[:-1] if g.finished else g.token_ids
+        out.append(Response(tokenizer.reply_prefix + tokenizer.decode(tokens), len(tokens), g.finished))
+    return out
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False):
         self.cfg = cfg
@@ -112,7 +135,7 @@ class Trainer:
         policy, self.tokenizer = build_policy(cfg.model, cfg.seed)
         max_len = cfg.model.max_positions
         self.engine = build_engine(cfg.rollout.engine, policy, self.tokenizer, self.output_dir / "inference-model",
-                                   cfg.seed, max_len)
+                                   cfg.seed, max_len, self.device, cfg.model.path)
         self.reference = copy.deepcopy(policy).to(self.device).eval() if cfg.optim.kl_coef else None
         self.model = shard_policy(policy, self.device, cfg.mixed_precision)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.optim.lr,
@@ -126,14 +149,6 @@ class Trainer:
             self.engine.sync(full_state_dict(self.model))
         self.log = MetricsLog(self.output_dir, cfg.steps, cfg.tensorboard, enabled=self.rank == 0)
 
-    def responses(self, generations) -> list[Response]:
-        eos = self.tokenizer.eos_token_id
-        out = []
-        for g in generations:
-            tokens = [t for t in g.token_ids if t != eos]
-            out.append(Response(self.tokenizer.decode(tokens), len(tokens), g.finished))
-        return out
-
     def advantages(self, rewards: torch.Tensor, lengths: torch.Tensor):
         options = dict(self.cfg.advantage.options)
         if self.world > 1:
@@ -146,21 +161,21 @@ class Trainer:
         times = {}
         t0 = time.perf_counter()
         prompts = local_prompts(self.task, cfg, self.step, self.rank, self.world)
-        prompt_ids = [self.tokenizer.encode(p.text) for p in prompts]
+        prompt_ids = [self.tokenizer.encode_prompt(p.messages) for p in prompts]
         generations = self.engine.generate(prompt_ids, cfg.rollout.group_size, cfg.rollout.max_new_tokens,
                                            cfg.rollout.temperature, cfg.rollout.top_p,
                                            step_seed(cfg.seed, self.step, self.rank))
         times["time/rollout"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        responses = self.responses(generations)
+        responses = to_responses(self.tokenizer, generations)
         self.task.set_step(self.step + 1)
         rewards = self.task.score(cfg.task.rewards, [prompts[g.prompt_index] for g in generations], responses)
         times["time/reward"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        ids, attention, response_mask = build_batch(prompt_ids, generations, self.tokenizer.pad_token_id,
-                                                    self.device)
+        ids, attention, response_mask, sampled = build_batch(prompt_ids, generations, self.tokenizer.pad_token_id,
+                                                             self.device)
         lengths = response_mask.sum(1).cpu()
         out = self.advantages(rewards, lengths)
         token_adv = out.advantages.to(self.device).unsqueeze(1) * response_mask
@@ -185,19 +200,27 @@ class Trainer:
         record["response_length/mean"] = (lengths_sum[0] / lengths_sum[1]).item()
         record["adv/batch_mean"] = out.batch_mean.item()
         record["adv/batch_std"] = out.batch_std.item()
+        record.update(rollout_logprob_diff(sampled, old, response_mask))
         record.update({f"train/{k}": v for k, v in stats.items()})
         record.update(times)
         return record
 
     def evaluate(self) -> dict:
-        """Greedy decoding of the held-out prompts: each reward's mean (accuracy, compliance rates)."""
+        """Greedy decoding of the held-out prompts: each reward's mean (accuracy, compliance rates), and the
+        first `eval_samples` of them to samples.jsonl."""
         prompts = self.task.eval_prompts()
-        ids = [self.tokenizer.encode(p.text) for p in prompts]
+        ids = [self.tokenizer.encode_prompt(p.messages) for p in prompts]
         generations = self.engine.generate(ids, 1, self.cfg.rollout.max_new_tokens, 0.0, 1.0, 0)
-        responses = self.responses(generations)
-        rewards = self.task.score(self.cfg.task.rewards, prompts, responses)
+        responses = to_responses(self.tokenizer, generations)
+        names = self.cfg.task.rewards
+        rewards = self.task.score(names, prompts, responses)
+        self.log.samples([{"step": self.step, "prompt": self.tokenizer.decode_as_seen(ids[i]),
+                           "response": self.tokenizer.decode_as_seen(generations[i].token_ids),
+                           "finished": generations[i].finished,
+                           "rewards": dict(zip(names, rewards[i].tolist()))}
+                          for i in range(min(self.cfg.eval_samples, len(prompts)))])
         record = {f"eval/{name}": torch.nan_to_num(rewards[:, i], nan=0.0).mean().item()
-                  for i, name in enumerate(self.cfg.task.rewards)}
+                  for i, name in enumerate(names)}
         record.update(self.task.eval_metrics(prompts, responses))
         return record
 

@@ -18,13 +18,53 @@ import torch.distributed as dist
 @dataclass
 class Generation:
     prompt_index: int        # which prompt of the call
-    token_ids: list[int]     # generated ids, EOS included when it was produced
-    finished: bool
+    token_ids: list[int]     # generated ids, the stop token included when one was produced
+    finished: bool           # ended with a stop token (docs/trainer.md: the tokenizer's EOS or the model's)
+    logprobs: list[float]    # each token's log-probability under the distribution it was sampled from
+
+
+def cut_at_stop(tokens: list[int], stops: set) -> tuple[list[int], bool]:
+    """The tokens up to and including the first stop token, and whether there was one."""
+    for i, token in enumerate(tokens):
+        if token in stops:
+            return tokens[: i + 1], True
+    return tokens, False
+
+
+class SampledLogprobs:
+    """A logits processor that records the log-probability of each sampled token under logits / temperature,
+    the distribution sampled from (the engine's generation config adds no other processor): generate calls
+    it with the tokens so far and the next token's logits, so each call scores the token the previous one
+    saw sampled. Keeps one step's distribution, not the whole run's scores."""
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature if temperature > 0 else 1.0
+        self.previous = None
+        self.columns = []
+
+    def __call__(self, input_ids, scores):
+        self.record(input_ids[:, -1])
+        self.previous = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def record(self, sampled) -> None:
+        if self.previous is not None:
+            self.columns.append(self.previous.gather(1, sampled.unsqueeze(1)).squeeze(1))
+
+    def finish(self, sequences) -> list[list[float]]:
+        """The rows' log-probabilities, once generate has returned its sequences."""
+        self.record(sequences[:, -1])
+        return torch.stack(self.columns, 1).tolist() if self.columns else [[] for _ in range(len(sequences))]
 
 
 class HFEngine:
-    def __init__(self, model, tokenizer):
-        self.model = copy.deepcopy(model).eval()
+    def __init__(self, model, tokenizer, device=None):
+        from transformers import GenerationConfig
+
+        self.model = copy.deepcopy(model).to(device or "cpu").eval()
+        # generate fills every setting left unset from the model's generation config (Qwen's top_k=20,
+        # repetition_penalty=1.05, ...), which would sample from another distribution than the one PPO models.
+        self.model.generation_config = GenerationConfig()
         self.tokenizer = tokenizer
 
     def sync(self, state_dict) -> None:
@@ -36,33 +76,35 @@ class HFEngine:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], n: int, max_new_tokens: int, temperature: float,
                  top_p: float, seed: int) -> list[Generation]:
+        from transformers import LogitsProcessorList
+
         pad = self.tokenizer.pad_token_id
-        eos = self.tokenizer.eos_token_id
+        stops = self.tokenizer.stop_token_ids
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), pad, dtype=torch.long)
         attention = torch.zeros_like(ids)
         for i, p in enumerate(prompts):
             ids[i, width - len(p):] = torch.tensor(p)
             attention[i, width - len(p):] = 1
+        device = self.model.device
         greedy = temperature == 0.0
+        recorder = SampledLogprobs(temperature)
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
         try:
             out = self.model.generate(
-                input_ids=ids.repeat_interleave(n, 0), attention_mask=attention.repeat_interleave(n, 0),
+                input_ids=ids.repeat_interleave(n, 0).to(device),
+                attention_mask=attention.repeat_interleave(n, 0).to(device),
                 max_new_tokens=max_new_tokens, do_sample=not greedy,
-                temperature=None if greedy else temperature, top_p=None if greedy else top_p, top_k=None,
-                eos_token_id=eos, pad_token_id=pad)
+                temperature=None if greedy else temperature, top_p=None if greedy else top_p, top_k=0,
+                eos_token_id=stops, pad_token_id=pad, logits_processor=LogitsProcessorList([recorder]))
         finally:
             torch.random.set_rng_state(generator_state)
+        logprobs = recorder.finish(out)
         results = []
         for row, tokens in enumerate(out[:, width:].tolist()):
-            if eos in tokens:
-                tokens = tokens[: tokens.index(eos) + 1]
-                finished = True
-            else:
-                finished = False
-            results.append(Generation(row // n, tokens, finished))
+            tokens, finished = cut_at_stop(tokens, set(stops))
+            results.append(Generation(row // n, tokens, finished, logprobs[row][: len(tokens)]))
         return results
 
 
@@ -84,8 +126,10 @@ class VLLMEngine:
                               "--rollout hf runs Hugging Face generate instead") from error
 
         self.tokenizer = tokenizer
+        # processed_logprobs: each sampled token's log-probability after temperature, as the trainer computes it.
         kwargs = dict(model=str(model_dir), skip_tokenizer_init=True, distributed_executor_backend="uni",
-                      dtype="float32", enforce_eager=True, seed=seed, max_model_len=max_model_len)
+                      dtype="float32", enforce_eager=True, seed=seed, max_model_len=max_model_len,
+                      logprobs_mode="processed_logprobs")
         if torch.cuda.is_available():
             kwargs.update(dtype="bfloat16", gpu_memory_utilization=0.3)
         else:
@@ -116,25 +160,31 @@ class VLLMEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        stops = self.tokenizer.stop_token_ids
         params = [SamplingParams(n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
                                  max_tokens=max_new_tokens, seed=request_seed(seed, i, n), detokenize=False,
-                                 stop_token_ids=[self.tokenizer.eos_token_id]) for i in range(len(prompts))]
+                                 stop_token_ids=stops, logprobs=0) for i in range(len(prompts))]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-        eos = self.tokenizer.eos_token_id
         results = []
         for i, request in enumerate(outputs):
             for completion in request.outputs:
                 tokens = list(completion.token_ids)
-                results.append(Generation(i, tokens, bool(tokens) and tokens[-1] == eos))
+                logprobs = [step[token].logprob for step, token in zip(completion.logprobs, tokens)]
+                results.append(Generation(i, tokens, bool(tokens) and tokens[-1] in stops, logprobs))
         return results
 
 
-def build_engine(name: str, model, tokenizer, workdir: Path, seed: int, max_model_len: int):
+def build_engine(name: str, model, tokenizer, workdir: Path, seed: int, max_model_len: int, device=None,
+                 model_path: str | None = None):
+    """`model_path`: the local model the policy was loaded from, which vLLM then loads as it is; without one
+    (the tiny model) rank 0 writes the initial weights to `workdir`."""
     if name == "hf":
-        return HFEngine(model, tokenizer)
+        return HFEngine(model, tokenizer, device)
     if name == "vllm":
         from .model import save_for_inference
 
+        if model_path:
+            return VLLMEngine(Path(model_path), tokenizer, seed, max_model_len)
         # Once a process group exists transformers writes a model on rank 0 only: its copy serves every rank.
         if dist.get_rank() == 0:
             save_for_inference(model, tokenizer, workdir)

@@ -15,10 +15,10 @@ import random
 import re
 from pathlib import Path
 
-from . import LENGTH_SHAPES, Prompt, Response, Task
+from . import LENGTH_SHAPES, Prompt, Response, Task, chat
 
 INSTRUCTION = ("Think step by step inside <think></think>, then give only the final answer "
-               "inside <answer></answer>.\n")
+               "inside <answer></answer>.")
 FORMAT = re.compile(r"^\s*<think>.*?</think>\s*<answer>.*?</answer>\s*$", re.DOTALL)
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
@@ -71,11 +71,11 @@ class MathTask(Task):
     def _load(cfg) -> list[Prompt]:
         if cfg.data_path:
             rows = [json.loads(line) for line in Path(cfg.data_path).read_text().splitlines() if line.strip()]
-            return [Prompt(INSTRUCTION + r["question"], str(r["answer"])) for r in rows]
+            return [Prompt(chat(r["question"], INSTRUCTION), str(r["answer"])) for r in rows]
         import reasoning_gym
 
         data = reasoning_gym.create_dataset("basic_arithmetic", size=2000 + cfg.eval_size, seed=1234)
-        return [Prompt(INSTRUCTION + item["question"], str(item["answer"])) for item in data]
+        return [Prompt(chat(item["question"], INSTRUCTION), str(item["answer"])) for item in data]
 
     def sample(self, rng: random.Random, count: int) -> list[Prompt]:
         train = self._pool[self.cfg.eval_size:]

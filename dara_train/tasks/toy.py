@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 
 from ..model import TOY_CHARACTERS
-from . import LENGTH_SHAPES, Prompt, Response, Task
+from . import LENGTH_SHAPES, Prompt, Response, Task, chat
 
 
 def split_pairs(n: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -76,7 +76,7 @@ class ToyTask(Task):
 
     @staticmethod
     def _prompt(a: int, b: int) -> Prompt:
-        return Prompt(f"{a}{b}=", a)
+        return Prompt(chat(f"{a}{b}="), a)
 
     def sample(self, rng: random.Random, count: int) -> list[Prompt]:
         return [self._prompt(*rng.choice(self.train_pairs)) for _ in range(count)]

@@ -1,6 +1,8 @@
 """Tasks: prompts plus named reward components. Each reward returns one
 column of the [N, K] reward tensor; a response it cannot score gets NaN
-(the toy task scores every response)."""
+(the toy task scores every response). A prompt is chat messages (system, user):
+the tokenizer renders them with the model's chat template, or as their plain
+concatenation where it has none (dara_train/model.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -11,9 +13,14 @@ import torch
 
 @dataclass
 class Prompt:
-    text: str
+    messages: list[dict]     # [{"role": "system" | "user", "content": str}, ...]
     answer: object
     meta: dict = field(default_factory=dict)
+
+
+def chat(user: str, system: str = "") -> list[dict]:
+    """The messages of a prompt: an optional system message, then the user's."""
+    return ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
 
 
 @dataclass

@@ -17,7 +17,9 @@ def init_distributed() -> tuple[int, int, torch.device]:
                 port = s.getsockname()[1]
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
                               LOCAL_RANK="0")
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        # NCCL reduces CUDA tensors only; the rewards, lengths and the advantage op's accumulators are CPU
+        # tensors (the tasks score on CPU), which gloo reduces beside it.
+        dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     rank = dist.get_rank()
     if torch.cuda.is_available():
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
@@ -61,4 +63,11 @@ def all_sum(values: torch.Tensor) -> torch.Tensor:
     values = values.clone()
     if dist.get_world_size() > 1:
         dist.all_reduce(values)
+    return values
+
+
+def all_max(values: torch.Tensor) -> torch.Tensor:
+    values = values.clone()
+    if dist.get_world_size() > 1:
+        dist.all_reduce(values, op=dist.ReduceOp.MAX)
     return values

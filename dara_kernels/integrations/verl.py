@@ -243,8 +243,8 @@ def _wrap_v1_compute_advantage(original):
 
 def install() -> None:
     """Idempotent: wrap verl's dispatcher (and its copy in the v1 trainer's utils), the legacy trainer's data
-    metrics and, where transferqueue is installed, the v1 trainer's _compute_advantage. Usable as Ray's
-    worker_process_setup_hook."""
+    metrics and, where transferqueue is installed, the v1 trainer's _compute_advantage and its DAPO group
+    filter (verl_dapo). Usable as Ray's worker_process_setup_hook."""
     if not hasattr(ray_trainer.compute_advantage, "__wrapped__"):
         ray_trainer.compute_advantage = _wrap_dispatcher(ray_trainer.compute_advantage)
     v1_utils = sys.modules.get("verl.trainer.ppo.v1.utils")
@@ -258,6 +258,9 @@ def install() -> None:
 
     if not hasattr(PPOTrainer._compute_advantage, "__wrapped__"):
         PPOTrainer._compute_advantage = _wrap_v1_compute_advantage(PPOTrainer._compute_advantage)
+    from . import verl_dapo  # its filter metrics dara_signal and dara_sum_signal
+
+    verl_dapo.install()
 
 
 install()

@@ -103,8 +103,8 @@ def test_gdpo_trl_preset_equals_trl_normalize_then_sum(tmp_path):
 
 
 @pytest.mark.parametrize("method,options", [("dara", {}), ("static", {"calibration": "positive"}),
-                                            ("rvpo", {"rvpo_k": 2.0})],
-                         ids=["dara-asym", "static-asym", "rvpo"])
+                                            ("rvpo", {"rvpo_k": 2.0}), ("dara", {"no_signal": "zero"})],
+                         ids=["dara-asym", "static-asym", "rvpo", "dara-no-signal-zero"])
 def test_dara_equals_op_and_logs_metrics(tmp_path, method, options):
     import dara_kernels as dk
 

@@ -122,6 +122,7 @@ def test_rvpo_through_dispatcher_equals_the_op(options):
     direct = dk.fused_advantage(rewards, group_index=dara_verl.group_ids(batch.non_tensor_batch["uid"]),
                                 method="rvpo", preset="verl", response_mask=batch.batch["response_mask"], **options)
     assert torch.equal(data.batch["advantages"], direct.token_advantages)
+    config = AlgoConfig(gdpo_reward_keys=KEYS)
     config.dara_options = {"method": "dara"}
     with pytest.raises(ValueError, match="runs method rvpo"):
         ray_trainer.compute_advantage(copy.deepcopy(batch), adv_estimator="rvpo", config=config)
@@ -372,3 +373,55 @@ def test_v1_task_runner_gets_the_estimators_from_the_setup_hook(verl_config, tmp
     assert got["installed_at_start"]
     assert relative_error(got["advantages"], theirs) < 1e-6
     assert got["metrics"] == pytest.approx(legacy_metrics)
+
+
+def replay_buffer_with(tq, config, rows):
+    """verl's real sync ReplayBuffer, built by the v1 trainer's own _build_replay_buffer, with `rows` finished."""
+    trainer = object.__new__(PPOTrainerSync)
+    trainer.config = config
+    trainer.trainer_mode = "sync"
+    trainer._add_prompts_to_generate = lambda *args, **kwargs: None
+    buffer = trainer._build_replay_buffer()
+    put_rows(tq, rows, colocated=False)
+    for r in rows:
+        buffer.partitions[PARTITION][r["key"]] = {"status": "success"}
+    buffer.finished_keys[PARTITION] = {r["uid"] for r in rows}
+    return buffer
+
+
+def signal_rows() -> list[dict]:
+    """Three groups of 4: components that vary while their sum is constant, all components constant, and
+    one that varies in its sum."""
+    def group(uid, components):
+        return [{"key": f"{uid}_{i}_0", "uid": uid, "mask": torch.ones(3, dtype=torch.int64),
+                 "components": dict(zip(KEYS, c))} for i, c in enumerate(components)]
+
+    return (group("conflict", [(2.0, 0.0, 0.0), (0.0, 1.0, 1.0)] * 2) + group("uniform", [(1.0, 1.0, 1.0)] * 4)
+            + group("varies", [(1.0, 0.0, 0.0), (0.0, 0.0, 0.0)] * 2))
+
+
+@pytest.mark.parametrize("metric,dropped", [
+    ("dara_signal", {"uniform"}),                   # any component varies: the constant-sum group is kept
+    ("dara_sum_signal", {"uniform", "conflict"}),   # the summed reward, as verl's own filter
+    ("reward", {"uniform", "conflict"}),            # verl's own: rm_scores, the plain sum of the components
+], ids=["dara_signal", "dara_sum_signal", "verl-reward"])
+def test_v1_dapo_filter_sees_every_component(tq, verl_config, metric, dropped):
+    config = copy.deepcopy(verl_config)
+    config.algorithm.filter_groups.enable = True
+    config.algorithm.filter_groups.metric = metric
+    config.algorithm.gdpo_reward_weights = [1.0, 1.0, 1.0]
+    buffer = replay_buffer_with(tq, config, signal_rows())
+    assert buffer.filter_groups_metric == metric
+    filtered, counts = buffer._dapo_filtered_keys(PARTITION)
+    assert filtered == dropped
+    assert counts[3.0] == 1  # the uniform group's shared summed reward, verl's diagnostic
+
+
+def test_v1_dapo_filter_names_missing_components(tq, verl_config):
+    config = copy.deepcopy(verl_config)
+    config.algorithm.filter_groups.enable = True
+    config.algorithm.filter_groups.metric = "dara_signal"
+    config.algorithm.gdpo_reward_keys = ["accuracy", "no_such_reward"]
+    buffer = replay_buffer_with(tq, config, signal_rows())
+    with pytest.raises(RuntimeError, match="no_such_reward"):
+        buffer._dapo_filtered_keys(PARTITION)

@@ -126,20 +126,21 @@ def soft_minimum_sweep(backend: str, device: str = "cpu", n: int = 96, group: in
     """RVPO's risk coefficient from 1e-3 (the mean of the z-scores, where exp
     and log cancel) to 1e3 (their minimum, where an unshifted exp overflows),
     K = 4 with a density-0 reward, rewards far from zero (offset 100),
-    reward weights, both layouts, float32 and float64 rows, response and
-    token batch normalisation."""
+    reward weights, float32 and float64 rows, fixed groups with response and
+    shuffled ones with token batch normalisation."""
     runs = 0
     for seed, k in enumerate(RVPO_COEFFICIENTS):
         gen = torch.Generator().manual_seed(300 + seed)
         rewards = offset_rewards(gen, n, 100.0)
         lengths = torch.randint(1, 30, (n,), generator=gen)
         options = dict(method="rvpo", rvpo_k=k, reward_weights=[1.0, 0.5, 2.0, 1.0])
-        for dtype in (torch.float32, torch.float64):
-            for name, layout in _layouts(gen, n, group):
-                for extra in ({}, {"batch_norm": "token", "response_lengths": lengths}):
-                    _against_reference(backend, rewards.to(dtype), {**layout, **extra}, options, device,
-                                       f"rvpo_k={k} {name} {dtype}")
-                    runs += 1
+        # Each layout once with each normalisation: fixed groups by response, shuffled ones by token.
+        pairs = zip(_layouts(gen, n, group), ({}, {"batch_norm": "token", "response_lengths": lengths}))
+        for (name, layout), extra in pairs:
+            for dtype in (torch.float32, torch.float64):
+                _against_reference(backend, rewards.to(dtype), {**layout, **extra}, options, device,
+                                   f"rvpo_k={k} {name} {dtype}")
+                runs += 1
     return runs
 
 
@@ -157,17 +158,18 @@ def signal_rewards(gen: torch.Generator, n: int) -> torch.Tensor:
 
 def no_signal_sweep(backend: str, device: str = "cpu", n: int = 64) -> int:
     """Every method under both no_signal rules, on a batch with a group
-    without signal and a conflict group (signal_rewards), both layouts,
-    response and token batch normalisation: flags, counts and advantages."""
+    without signal and a conflict group (signal_rewards), fixed groups with
+    response and shuffled ones with token batch normalisation: flags, counts
+    and advantages."""
     runs = 0
     for seed, method in enumerate(dk.METHODS):
         gen = torch.Generator().manual_seed(500 + seed)
         rewards = signal_rewards(gen, n).float()
         lengths = torch.randint(1, 30, (n,), generator=gen)
         for rule in ("keep", "zero"):
-            for name, layout in _layouts(gen, n, 4):
-                for extra in ({}, {"batch_norm": "token", "response_lengths": lengths}):
-                    _against_reference(backend, rewards, {**layout, **extra}, dict(method=method, no_signal=rule),
-                                       device, f"{method} no_signal={rule} {name}")
-                    runs += 1
+            pairs = zip(_layouts(gen, n, 4), ({}, {"batch_norm": "token", "response_lengths": lengths}))
+            for (name, layout), extra in pairs:
+                _against_reference(backend, rewards, {**layout, **extra}, dict(method=method, no_signal=rule),
+                                   device, f"{method} no_signal={rule} {name}")
+                runs += 1
     return runs

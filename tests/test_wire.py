@@ -68,6 +68,13 @@ def test_accumulator_offsets_tile_the_vector():
     assert wire.accumulator_sizes(5, 10) == (9 + 6 * 5 + 2 * 10 + 2 * 100, 10)
 
 
+def test_signal_counts_are_adjacent():
+    """triton/finalize.py reads the three group-signal counts as one vector."""
+    offsets = wire.segment_offsets(wire.ACCUMULATOR_SEGMENTS, 4, 5)
+    start = offsets["informative_groups"]
+    assert (offsets["sum_informative_groups"], offsets["conflict_groups"]) == (start + 1, start + 2)
+
+
 def test_bad_input_counts_sit_where_distributed_mode_reads_them():
     from dara_kernels.distributed import _COUNT_SLOTS
 

@@ -171,8 +171,9 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
     density, weights = torch.empty(k, **f32), torch.empty(k, **f32)
     energy, weighted_energy = torch.empty(k, **f32), torch.empty(k, **f32)
     active = torch.empty(k, dtype=torch.int64, device=device)
-    counts = {name: torch.empty((), dtype=torch.int64, device=device)
-              for name in ("num_groups", "informative_groups", "sum_informative_groups", "conflict_groups")}
+    num_groups = torch.empty((), dtype=torch.int64, device=device)
+    # informative_groups, sum_informative_groups, conflict_groups (adjacent accumulator slots too).
+    signal_counts = torch.empty(3, dtype=torch.int64, device=device)
     batch_mean, batch_std = torch.empty((), **f32), torch.empty((), **f32)
     affine = torch.empty(c + 2, dtype=torch.float64, device=device)
     bounds = inputs.reward_bounds
@@ -180,8 +181,7 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
         partial_ptr=partial, extrema_ptr=local_extrema, programs=partial.shape[0],
         base_ptr=inputs.reward_weights, bounds_ptr=bounds if bounds is not None else affine,
         density_ptr=density, weights_ptr=weights, energy_ptr=energy, weighted_energy_ptr=weighted_energy,
-        active_ptr=active, group_count_ptr=counts["num_groups"], informative_groups_ptr=counts["informative_groups"],
-        sum_informative_groups_ptr=counts["sum_informative_groups"], conflict_groups_ptr=counts["conflict_groups"],
+        active_ptr=active, group_count_ptr=num_groups, signal_counts_ptr=signal_counts,
         batch_mean_ptr=batch_mean, batch_std_ptr=batch_std,
         affine_ptr=affine, has_bounds=int(bounds is not None))
     run(finalize_kernel, (1,), *bind(finalize_kernel, values), BLOCK_K=block_k(values["lanes"]),
@@ -205,4 +205,5 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
         advantages=advantages, token_advantages=token_advantages, density=density, weights=weights,
         energy=energy, weighted_energy=weighted_energy, active_groups=active, batch_mean=batch_mean,
         batch_std=batch_std, keep=keep, query_scale=query_scale, informative=informative,
-        sum_informative=sum_informative, **counts)
+        sum_informative=sum_informative, num_groups=num_groups, informative_groups=signal_counts[0],
+        sum_informative_groups=signal_counts[1], conflict_groups=signal_counts[2])

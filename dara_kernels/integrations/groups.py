@@ -1,0 +1,89 @@
+"""What the integrations need to know about a batch's groups, without any trainer library.
+
+`group_ids` numbers a framework's group keys (uid strings, prompt ids). `group_signal` is the one place
+where an integration's dynamic sampling or zero-variance filter decides whether a group carries a learning
+signal: a multi-reward group whose rewards vary while their weighted sum is constant (accuracy up, length
+down) teaches every reward, and a filter on the sum alone drops it.
+
+The decision is the op's own notion of an active pair (docs/spec.md#group-statistics: at least two valid
+entries and a standard deviation above `active_tol`, NaN entries left out), computed here from the [N, K]
+rewards. It is a stand-in: once the fused op returns per-row flags, `group_signal` reads them from the op
+instead, and the swift and skyrl integrations, which call only this function, are unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..options import resolve_options
+
+# The op's default, so that a group this module calls informative is one the op counts as active.
+ACTIVE_TOL = resolve_options("dara", None).active_tol
+
+
+def group_ids(index) -> torch.Tensor:
+    """uid strings (or any hashables) to int64 group ids, numbered in order of first appearance. One dict
+    lookup per row: sorting the strings, as np.unique does, costs about ten times as much for a verl batch."""
+    values = np.asarray(index)
+    if values.dtype.kind in "iu":
+        return torch.from_numpy(values.astype(np.int64))
+    numbers: dict = {}
+    return torch.from_numpy(np.fromiter((numbers.setdefault(u, len(numbers)) for u in values.tolist()),
+                                        dtype=np.int64, count=len(values)))
+
+
+@dataclass
+class GroupSignal:
+    """Per group g (numbered 0..G-1; `group_of_row` maps rows to them)."""
+    group_of_row: torch.Tensor  # [N] int64
+    size: torch.Tensor  # [G] int64 rows
+    any_reward_varies: torch.Tensor  # [G] bool: some reward k is active in g
+    weighted_sum_varies: torch.Tensor  # [G] bool: sum_k b_k r_jk (NaN counted as 0) varies in g
+
+    def keep_rows(self, keep_singletons: bool = True) -> torch.Tensor:
+        """[N] bool: rows of groups where some reward varies (and, if asked, groups of one row, which
+        ms-swift's and SkyRL's filters keep since no spread can be measured there)."""
+        keep = self.any_reward_varies | ((self.size < 2) & keep_singletons)
+        return keep[self.group_of_row]
+
+    @property
+    def rescued(self) -> int:
+        """Groups a filter on the weighted sum would drop that some reward still varies in."""
+        return int((self.any_reward_varies & ~self.weighted_sum_varies & (self.size >= 2)).sum())
+
+
+def _varies(values: torch.Tensor, valid: torch.Tensor, groups: torch.Tensor, num_groups: int,
+            tol: float) -> torch.Tensor:
+    """[G, C] bool: at least two valid entries and an unbiased std above tol, as the op's active pair."""
+    zero = torch.zeros(num_groups, values.shape[1], dtype=torch.float64)
+    x = torch.where(valid, values, 0.0)
+    count = zero.index_add(0, groups, valid.double())
+    mean = zero.index_add(0, groups, x) / count.clamp(min=1)
+    squares = zero.index_add(0, groups, torch.where(valid, (values - mean[groups]) ** 2, 0.0))
+    std = (squares / (count - 1).clamp(min=1)).sqrt()
+    return (count >= 2) & (std > tol)
+
+
+def group_signal(rewards: torch.Tensor, index, reward_weights: Optional[Sequence[float]] = None,
+                 tol: float = ACTIVE_TOL) -> GroupSignal:
+    """rewards [N, K] (NaN: not scored), index [N] group keys (uids, ints), reward_weights [K] (default 1)."""
+    r = torch.as_tensor(rewards).detach().to("cpu", torch.float64)
+    if r.dim() != 2:
+        raise ValueError(f"rewards must be [N, K], got shape {tuple(r.shape)}")
+    groups = group_ids(index)
+    if groups.numel() != r.shape[0]:
+        raise ValueError(f"{r.shape[0]} reward rows but {groups.numel()} group keys")
+    groups = torch.unique(groups, return_inverse=True)[1] if groups.numel() else groups
+    num_groups = int(groups.max()) + 1 if groups.numel() else 0
+    b = torch.ones(r.shape[1], dtype=torch.float64) if reward_weights is None else \
+        torch.as_tensor(list(reward_weights), dtype=torch.float64)
+    if b.shape != (r.shape[1],):
+        raise ValueError(f"{b.numel()} reward weights for {r.shape[1]} rewards")
+    valid = ~torch.isnan(r)
+    weighted = (torch.where(valid, r, 0.0) * b).sum(1, keepdim=True)
+    size = torch.zeros(num_groups, dtype=torch.int64).index_add(0, groups, torch.ones_like(groups))
+    return GroupSignal(groups, size, _varies(r, valid, groups, num_groups, tol).any(1),
+                       _varies(weighted, torch.ones_like(weighted, dtype=torch.bool), groups, num_groups, tol)[:, 0])

@@ -43,11 +43,23 @@ class GroupSignal:
     any_reward_varies: torch.Tensor  # [G] bool: some reward k is active in g
     weighted_sum_varies: torch.Tensor  # [G] bool: sum_k b_k r_jk (NaN counted as 0) varies in g
 
-    def keep_rows(self, keep_singletons: bool = True) -> torch.Tensor:
-        """[N] bool: rows of groups where some reward varies (and, if asked, groups of one row, which
-        ms-swift's and SkyRL's filters keep since no spread can be measured there)."""
-        keep = self.any_reward_varies | ((self.size < 2) & keep_singletons)
+    @property
+    def informative(self) -> torch.Tensor:
+        """[G] bool: some reward or the weighted sum varies (a superset of the groups a filter on the sum keeps,
+        which differs only where NaN entries leave each reward with fewer than two scores)."""
+        return self.any_reward_varies | self.weighted_sum_varies
+
+    def keep_rows(self, keep_singletons: bool) -> torch.Tensor:
+        """[N] bool: rows of informative groups and, if asked, of groups of one row (where no spread can be
+        measured: SkyRL's filters keep them, ms-swift's drop them)."""
+        keep = self.informative | ((self.size < 2) & keep_singletons)
         return keep[self.group_of_row]
+
+    def first_rows(self) -> torch.Tensor:
+        """[N] bool: the first row of each group."""
+        first = torch.zeros(self.group_of_row.numel(), dtype=torch.bool)
+        first[np.unique(self.group_of_row.numpy(), return_index=True)[1]] = True
+        return first
 
     @property
     def rescued(self) -> int:

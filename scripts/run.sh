@@ -70,8 +70,9 @@ integration_env() {
     if [ "$python" = python3 ]; then
       "$env/bin/python" -m pip install -q --no-deps --force-reinstall "$WHEEL_DIR"/dara_kernels-*.whl
     else
+      # Editable, as in $VENV: the tests import the checkout, beside which this puts its own extension build.
       log "building dara-kernels (CPU kernels) in $env"
-      DARA_BUILD_CUDA=0 "$env/bin/python" -m pip install -q --no-build-isolation --no-deps --force-reinstall .
+      DARA_BUILD_CUDA=0 "$env/bin/python" -m pip install -q --no-build-isolation --no-deps --force-reinstall -e .
     fi
     echo "$wheel_stamp" > "$env/.dara-wheel"
   fi

@@ -1,8 +1,8 @@
-"""ms-swift 4.6.0's own advantage and dynamic-sampling steps with dara_kernels.integrations.swift imported:
-the HF GRPO trainer's `_compute_advantages`, `compute_std` and `_dynamic_sampling`, and the Ray driver's
-`compute_advantages`, `_dynamic_sampling` and `_build_grpo_log_metrics`, each called on a stand-in for the
-trainer (the attributes those methods read) with synthetic multi-reward batches. Runs where ms-swift is
-installed (CI: the ms-swift virtual environment of scripts/run.sh)."""
+"""ms-swift 4.6.0 with dara_kernels.integrations.swift imported: the HF GRPO trainer's `_compute_advantages`,
+`compute_std` and `_dynamic_sampling`, and the Ray driver's `compute_advantages`, `_dynamic_sampling` and
+`_build_grpo_log_metrics`, each called on a stand-in for the trainer (the attributes those methods read) with
+synthetic multi-reward batches; then `swift rlhf --rlhf_type grpo` itself for a few steps on CPU. Runs where
+ms-swift is installed (CI: the ms-swift virtual environment of scripts/run.sh)."""
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -213,3 +213,93 @@ def test_ray_driver_dynamic_sample_and_metrics(monkeypatch):
     assert metrics["dara/density/accuracy"] == pytest.approx(float(expected.density[0]))
     assert "reward" in metrics  # ms-swift's own
     assert "dara/density/accuracy" not in trainer._build_grpo_log_metrics(weighted, advantages, rewards(5))
+
+
+PLUGIN = '''
+from swift.rewards import ORM, orms
+
+import dara_kernels.integrations.swift  # noqa: F401
+
+
+class LeadingDigit(ORM):
+    def __call__(self, completions, **kwargs):
+        return [float(c[:1].isdigit()) for c in completions]
+
+
+class DigitShare(ORM):
+    def __call__(self, completions, **kwargs):  # None ("cannot score") for an empty completion
+        return [sum(ch.isdigit() for ch in c) / len(c) if c else None for c in completions]
+
+
+class HasPlus(ORM):
+    def __call__(self, completions, **kwargs):
+        return [float("+" in c) for c in completions]
+
+
+orms.update(leading_digit=LeadingDigit, digit_share=DigitShare, has_plus=HasPlus)
+'''
+
+
+def tiny_model(path):
+    """A one-layer Qwen2 and a character-level tokenizer with Qwen's chat tokens, built here (no download). No
+    unknown token, no white space and no character of a special token's name: ms-swift decodes completions and
+    encodes them again, which must give the same tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    vocab = {t: i for i, t in enumerate(special + list("0123456789+=#abcdefghij"))}
+    tok = Tokenizer(models.WordLevel(vocab=vocab))
+    tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=special[1:])
+    fast.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                         tie_word_embeddings=True, eos_token_id=vocab["<|im_end|>"],
+                         pad_token_id=vocab["<|endoftext|>"])
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    fast.save_pretrained(path)
+
+
+def test_swift_rlhf_grpo_runs_on_cpu_with_the_plugin(tmp_path):
+    """`swift rlhf --rlhf_type grpo` itself, 3 steps on CPU with --dynamic_sample: the plugin's metrics are in
+    ms-swift's logging.jsonl for every step that computed advantages."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    tiny_model(tmp_path / "model")
+    (tmp_path / "plugin.py").write_text(PLUGIN)
+    with open(tmp_path / "data.jsonl", "w") as f:
+        for a in range(4):
+            for b in range(4):
+                f.write(json.dumps({"messages": [{"role": "user", "content": f"{a}+{b}="}]}) + "\n")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=repo, CUDA_VISIBLE_DEVICES="", USE_HF="1", HF_HUB_OFFLINE="1",
+               DARA_SWIFT_METHOD="dara", DARA_SWIFT_OPTIONS='{"calibration": "symmetric"}')
+    args = ["--rlhf_type", "grpo", "--model", str(tmp_path / "model"), "--model_type", "qwen2",
+            "--template", "qwen2_5", "--dataset", str(tmp_path / "data.jsonl"),
+            "--external_plugins", str(tmp_path / "plugin.py"),
+            "--reward_funcs", "leading_digit", "digit_share", "has_plus", "--reward_weights", "1.0", "0.5", "2.0",
+            "--num_generations", "4", "--per_device_train_batch_size", "4", "--generation_batch_size", "8",
+            "--dynamic_sample", "true", "--max_resample_times", "2", "--max_steps", "3",
+            "--max_completion_length", "8", "--use_vllm", "false", "--report_to", "none",
+            "--output_dir", str(tmp_path / "out"), "--logging_steps", "1", "--save_strategy", "no",
+            "--torch_dtype", "float32", "--learning_rate", "1e-2", "--dataloader_num_workers", "0",
+            "--split_dataset_ratio", "0", "--seed", "0"]
+    run = subprocess.run([sys.executable, "-m", "swift.cli.rlhf", *args], env=env, cwd=tmp_path, timeout=900,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (log,) = (tmp_path / "out").glob("*/logging.jsonl")
+    steps = [json.loads(line) for line in log.read_text().splitlines()]
+    logged = [s for s in steps if "dara/density/LeadingDigit" in s]
+    assert logged, f"no dara metrics in ms-swift's log: {steps[0]}"
+    for step in logged:
+        for name in ("LeadingDigit", "DigitShare", "HasPlus"):
+            assert 0.0 <= step[f"dara/density/{name}"] <= 1.0
+            assert step[f"dara/energy/{name}"] >= 0.0
+    assert any(step["dara/density/LeadingDigit"] > 0 for step in logged), "no reward varied: nothing was tested"

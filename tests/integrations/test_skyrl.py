@@ -237,4 +237,3 @@ def test_zero_variance_filter_keeps_a_group_where_only_the_components_vary():
     assert [sum(m) > 0 for m in ours["loss_masks"]] == [True] * 8 + [False] * 4
     assert t.all_metrics[dara_skyrl.RESCUED_ZERO_VARIANCE] == 1
     assert t.all_metrics["reward/num_zero_variance_filtered"] == 1
-

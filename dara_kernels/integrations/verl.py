@@ -43,6 +43,9 @@ from verl.trainer.ppo import core_algos, ray_trainer
 
 import dara_kernels as dk
 
+from .common import diagnostics
+from .groups import group_ids
+
 _BATCH: contextvars.ContextVar = contextvars.ContextVar("dara_verl_batch", default=None)
 _V1_STEP: contextvars.ContextVar = contextvars.ContextVar("dara_verl_v1_step", default=None)
 _DEFAULT_OPTIONS: dict[str, Any] = {}
@@ -63,18 +66,6 @@ def configure(**options) -> None:
     `algorithm.dara_options`)."""
     _DEFAULT_OPTIONS.clear()
     _DEFAULT_OPTIONS.update(options)
-
-
-def group_ids(index) -> torch.Tensor:
-    """uid strings (or any hashables) to int64 group ids, numbered in order of
-    first appearance. One dict lookup per row: sorting the strings, as
-    np.unique does, costs about ten times as much for a verl batch."""
-    values = np.asarray(index)
-    if values.dtype.kind in "iu":
-        return torch.from_numpy(values.astype(np.int64))
-    numbers: dict = {}
-    return torch.from_numpy(np.fromiter((numbers.setdefault(u, len(numbers)) for u in values.tolist()),
-                                        dtype=np.int64, count=len(values)))
 
 
 def _components(config, token_level_rewards: torch.Tensor):
@@ -111,12 +102,7 @@ def _run(method: str, options: dict, token_level_rewards, response_mask, index, 
     kwargs.update(options)
     out = dk.fused_advantage(rewards, group_index=groups, method=method, reward_weights=weights,
                              response_mask=mask, **kwargs)
-    metrics = {
-        **{f"dara/density/{n}": float(out.density[i]) for i, n in enumerate(names)},
-        **{f"dara/weight/{n}": float(out.weights[i]) for i, n in enumerate(names)},
-        **{f"dara/energy/{n}": float(out.energy[i]) for i, n in enumerate(names)},
-        "dara/batch_std": float(out.batch_std),
-    }
+    metrics = diagnostics(out, names)
     _BATCH.get().meta_info["dara_metrics"] = metrics
     if step is not None:
         step.metrics.update(metrics)

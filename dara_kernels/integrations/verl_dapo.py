@@ -27,7 +27,7 @@ import torch
 
 import dara_kernels as dk
 
-from .verl import group_ids
+from .groups import group_ids
 
 # filter_groups.metric -> the fused op's per-row flag that keeps a group.
 SIGNAL_METRICS = {"dara_signal": "informative", "dara_sum_signal": "sum_informative"}

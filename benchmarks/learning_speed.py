@@ -41,22 +41,31 @@ from pathlib import Path
 
 MAIN_METHODS = ["dara", "dara-sym", "gdpo", "static-asym", "static-sym", "grpo"]
 TABLE5_BASELINES = ["dvao", "saw", "sa_mrpo", "gd2po_hard"]
+# Group-signal arms: dynamic sampling on any reward (docs/trainer.md), or DARA-Asym with no_signal="zero".
+SIGNAL_ARMS = ["gdpo-ds", "dara-ds", "dara-zero"]
 # Methods run with --seeds; every other one with --other-seeds.
-FULLY_SEEDED = ("dara", "dara-sym", "gdpo")
+FULLY_SEEDED = ("dara", "dara-sym", "gdpo", *SIGNAL_ARMS)
+# Dynamic sampling draws candidate groups to accepted ones as the paper's math runs (2 : 3, its Table 9).
+CANDIDATES_PER_ACCEPTED = 1.5
 # The paper's static controls (Table 4) put weight 5 on one reward: here the one that starts sparse.
 DEFAULT_STATIC_WEIGHTS = {"toy": "1,5,1", "toy-paper": "1,5,1", "toy-shift": "1,5,1", "toy-gated-length": "1,1,5"}
 # Paired comparisons: each reference method against these (None: every other method at the same group size).
 PAIRED = {"dara": None, "dara-sym": ("gdpo", "static-sym")}
-KEPT = ("reward/", "density/", "weight/", "eval/")
+KEPT = ("reward/", "density/", "weight/", "eval/", "sampling/")
 
 
-def advantage_overrides(name: str, static_weights: str) -> list[str]:
-    """dara-train overrides of one named method (the calibrations through advantage.options)."""
+def advantage_overrides(name: str, static_weights: str, prompts: int) -> list[str]:
+    """dara-train overrides of one named method (the calibrations through advantage.options; `prompts`:
+    the groups trained on per step)."""
     named = {
         "dara-sym": ("dara", "{calibration: symmetric}"),
         "static-asym": ("static", f"{{calibration: positive, reward_weights: [{static_weights}]}}"),
         "static-sym": ("static", f"{{reward_weights: [{static_weights}]}}"),
+        "dara-zero": ("dara", "{no_signal: zero}"),
     }
+    if name.endswith("-ds"):
+        return [*advantage_overrides(name[:-3], static_weights, prompts), "rollout.dynamic_sampling=any",
+                f"rollout.candidate_groups={math.ceil(prompts * CANDIDATES_PER_ACCEPTED)}"]
     if name in named:
         method, options = named[name]
         return [f"advantage.method={method}", f"advantage.options={options}"]
@@ -72,9 +81,9 @@ def method_specs(names: list[str], static_weights: str, group_sizes: list[int], 
             raise SystemExit(f"--group-sizes: {replies} replies per step do not split into groups of {group}")
         for name in names:
             if group == preset_group:
-                specs[name] = advantage_overrides(name, static_weights)
+                specs[name] = advantage_overrides(name, static_weights, replies // group)
             else:
-                specs[f"{name}@G{group}"] = [*advantage_overrides(name, static_weights),
+                specs[f"{name}@G{group}"] = [*advantage_overrides(name, static_weights, replies // group),
                                              f"rollout.group_size={group}",
                                              f"rollout.prompts_per_step={replies // group}"]
     return specs

@@ -152,8 +152,9 @@ class Trainer:
         return dk.fused_advantage(rewards, group_size=self.cfg.rollout.group_size,
                                   method=self.cfg.advantage.method, response_lengths=lengths, **options)
 
-    def generate_round(self, groups: int, round_index: int) -> tuple[list[Group], torch.Tensor]:
-        """`groups` prompts drawn for all ranks (this rank keeps its slice), G responses each, scored."""
+    def generate_round(self, groups: int, round_index: int, times: dict) -> tuple[list[Group], torch.Tensor]:
+        """`groups` prompts drawn for all ranks (this rank keeps its slice), G responses each, scored (the
+        scoring's seconds added to times["time/reward"])."""
         cfg = self.cfg
         prompts = self.task.sample(round_rng(step_seed(cfg.seed, self.step, 0), round_index), groups)
         per_rank = groups // self.world
@@ -163,8 +164,10 @@ class Trainer:
         generations = self.engine.generate(prompt_ids, cfg.rollout.group_size, cfg.rollout.max_new_tokens,
                                            cfg.rollout.temperature, cfg.rollout.top_p,
                                            round_rng(seed, round_index).randrange(2 ** 31) if round_index else seed)
+        t0 = time.perf_counter()
         rewards = self.task.score(cfg.task.rewards, [prompts[g.prompt_index] for g in generations],
                                   to_responses(self.tokenizer, generations))
+        times["time/reward"] = times.get("time/reward", 0.0) + time.perf_counter() - t0
         g = cfg.rollout.group_size
         return [Group(prompts[i], prompt_ids[i], generations[i * g:(i + 1) * g], rewards[i * g:(i + 1) * g])
                 for i in range(len(prompts))], rewards
@@ -177,7 +180,7 @@ class Trainer:
         dist.all_gather_object(gathered, groups)
         return [group for rank_groups in gathered for group in rank_groups]
 
-    def sample(self) -> Sampled:
+    def sample(self, times: dict) -> Sampled:
         """The step's rollout. Without dynamic sampling: rollout.prompts_per_step groups, all trained on.
         With it: rounds of candidate groups until prompts_per_step are accepted or max_rounds are spent;
         every rank sees every rank's accepted groups in the same order, so all decide alike and run the
@@ -185,7 +188,7 @@ class Trainer:
         ro = self.cfg.rollout
         self.task.set_step(self.step + 1)
         if self.criterion == "off":
-            groups, rewards = self.generate_round(ro.prompts_per_step, 0)
+            groups, rewards = self.generate_round(ro.prompts_per_step, 0, times)
             return Sampled(groups, rewards, None, {"sampling/rounds": 1,
                                                    "sampling/candidate_groups": ro.prompts_per_step})
         target, cap = ro.prompts_per_step, first_round_groups(ro)
@@ -194,7 +197,7 @@ class Trainer:
         while len(accepted) < target and rounds < ro.max_rounds:
             size = cap if rounds == 0 else next_round_groups(target - len(accepted), len(accepted), candidates,
                                                              cap, self.world)
-            groups, round_rewards = self.generate_round(size, rounds)
+            groups, round_rewards = self.generate_round(size, rounds, times)
             out = self.advantages(round_rewards, torch.tensor([len(g.token_ids) for grp in groups
                                                                for g in grp.generations]))
             flags = getattr(out, CRITERIA[self.criterion])[::ro.group_size].tolist()
@@ -217,8 +220,8 @@ class Trainer:
         cfg = self.cfg
         times = {}
         t0 = time.perf_counter()
-        sampled = self.sample()
-        times["time/rollout"] = time.perf_counter() - t0
+        sampled = self.sample(times)
+        times["time/rollout"] = time.perf_counter() - t0 - times["time/reward"]
         record = {"step": self.step + 1, **sampled.stats,
                   "sampling/trained_groups": int(all_sum(torch.tensor([len(sampled.groups)]))[0]),
                   "sampling/responses": sampled.stats["sampling/candidate_groups"] * cfg.rollout.group_size}
@@ -226,6 +229,7 @@ class Trainer:
             self.step += 1
             record["sampling/updated"] = 0
             record.update(reward_metrics(cfg.task.rewards, sampled.candidate_rewards, sampled.signal))
+            record.update(times)
             if self.rank == 0:
                 print(f"\nstep {self.step}: no informative group in {record['sampling/rounds']} rounds "
                       f"({record['sampling/candidate_groups']} candidate groups): no policy update",

@@ -90,7 +90,7 @@ def kept(sampled):
 def test_any_reward_keeps_constant_sum_groups_and_sizes_the_second_round():
     first = [UNIFORM, VARIES, UNIFORM, CONFLICT, [[0, 1], [0, 1]], [[0, 1], [0, 0]]]
     trainer = one_rank_trainer("any", [first, [UNIFORM, VARIES, VARIES]])
-    sampled = trainer.sample()
+    sampled = trainer.sample({})
     # 3 of 6 accepted, 1 short: ceil(1 / 0.5 * 1.25) = 3 more; the first 4 accepted are kept, whole
     assert trainer.task.sizes == [6, 3]
     assert kept(sampled) == [(0, 1), (0, 3), (0, 5), (1, 1)]
@@ -105,7 +105,7 @@ def test_summed_reward_drops_constant_sum_groups():
     first = [UNIFORM, VARIES, UNIFORM, CONFLICT, [[0, 1], [0, 1]], [[0, 1], [0, 0]]]
     second = [UNIFORM, VARIES, CONFLICT, VARIES, UNIFORM, VARIES]
     trainer = one_rank_trainer("sum", [first, second])
-    sampled = trainer.sample()
+    sampled = trainer.sample({})
     # 2 of 6 accepted: ceil(2 / (1/3) * 1.25) = 8, capped at the first round's 6
     assert trainer.task.sizes == [6, 6]
     assert kept(sampled) == [(0, 1), (0, 5), (1, 1), (1, 3)]
@@ -115,10 +115,22 @@ def test_summed_reward_drops_constant_sum_groups():
 
 def test_no_signal_within_the_cap_leaves_nothing_to_train():
     trainer = one_rank_trainer("any", [[UNIFORM] * 6, [UNIFORM] * 6], max_rounds=2)
-    sampled = trainer.sample()
+    sampled = trainer.sample({})
     assert trainer.task.sizes == [6, 6] and sampled.groups == []
     assert sampled.stats["sampling/rounds"] == 2 and sampled.stats["sampling/acceptance_rate"] == 0
     assert sampled.signal.density.tolist() == [0.0, 0.0]
+
+
+def test_no_signal_reaches_the_op_through_advantage_options():
+    trainer = one_rank_trainer("off", [])
+    # reward b varies in fewer groups than a: DARA weighs it up, and positive calibration shifts the batch mean
+    rewards = torch.tensor(UNIFORM + VARIES + VARIES + [[0, 1], [0, 0]], dtype=torch.float32)
+    lengths = torch.full((8,), 2)
+    kept = trainer.advantages(rewards, lengths).advantages
+    assert kept[:2].abs().min() > 0.01   # DARA-Asym's positive batch mean pushes the uniform group
+    trainer.cfg.advantage.options = {"no_signal": "zero"}
+    zeroed = trainer.advantages(rewards, lengths).advantages
+    assert zeroed[:2].tolist() == [0.0, 0.0] and zeroed[2:].abs().min() > 0.01
 
 
 pytest.importorskip("transformers")

@@ -4,15 +4,21 @@ threshold, the final held-out evaluation, and paired-by-seed comparisons.
 
     python benchmarks/learning_speed.py --preset toy-paper --seeds 10 [--other-seeds 5] [--jobs 2]
         [--methods dara,dara-sym,gdpo,static-asym,static-sym,grpo] [--baselines] [--static-weights 1,5,1]
-        [--group-sizes 4,8,16] [--steps N] [--set KEY=VALUE ...] [--json PATH] [--plot PNG] [--run]
+        [--group-sizes 4,8,16] [--steps N] [--set KEY=VALUE ...] [--json PATH] [--plot PNG] [--stability] [--run]
 
 Methods are the paper's arms (Tables 2 and 4): `dara` is DARA-Asym (the op's
 default: positive-only calibration, weights capped at 5), `dara-sym` DARA-Sym,
 `static-asym` and `static-sym` the two calibrations with fixed weights
 (`--static-weights`), and any other `fused_advantage` method by name (gdpo,
-grpo, ...). `--group-sizes` runs each method at every group size G with the
-preset's replies per step (prompts = replies / G); at the preset's own G the
-runs are the plain methods' runs, so they are shared with the main table.
+grpo, ...); `<method>-ds` is the method with dynamic sampling on any reward
+(1.5 candidate groups per group trained on in the first round), `dara-zero`
+DARA-Asym with `no_signal: zero` (the arms of issue 27). `--stability` adds
+the runs whose format mean drops after reaching its threshold, the
+generation cost per step, dynamic sampling's counts, and the paired area
+under the format curve (the endpoint fixed in benchmarks/LEARNING.md).
+`--group-sizes` runs each method at every group size G with the preset's
+replies per step (prompts = replies / G); at the preset's own G the runs are
+the plain methods' runs, so they are shared with the main table.
 
 By default the command only reads the results file (benchmarks/results/
 learning-<preset>.json unless --json names another) and prints its tables; a

@@ -4,15 +4,21 @@ threshold, the final held-out evaluation, and paired-by-seed comparisons.
 
     python benchmarks/learning_speed.py --preset toy-paper --seeds 10 [--other-seeds 5] [--jobs 2]
         [--methods dara,dara-sym,gdpo,static-asym,static-sym,grpo] [--baselines] [--static-weights 1,5,1]
-        [--group-sizes 4,8,16] [--steps N] [--set KEY=VALUE ...] [--json PATH] [--plot PNG] [--run]
+        [--group-sizes 4,8,16] [--steps N] [--set KEY=VALUE ...] [--json PATH] [--plot PNG] [--stability] [--run]
 
 Methods are the paper's arms (Tables 2 and 4): `dara` is DARA-Asym (the op's
 default: positive-only calibration, weights capped at 5), `dara-sym` DARA-Sym,
 `static-asym` and `static-sym` the two calibrations with fixed weights
 (`--static-weights`), and any other `fused_advantage` method by name (gdpo,
-grpo, ...). `--group-sizes` runs each method at every group size G with the
-preset's replies per step (prompts = replies / G); at the preset's own G the
-runs are the plain methods' runs, so they are shared with the main table.
+grpo, ...); `<method>-ds` is the method with dynamic sampling on any reward
+(1.5 candidate groups per group trained on in the first round), `dara-zero`
+DARA-Asym with `no_signal: zero` (the arms of issue 27). `--stability` adds
+the runs whose format mean drops after reaching its threshold, the
+generation cost per step, dynamic sampling's counts, and the paired area
+under the format curve (the endpoint fixed in benchmarks/LEARNING.md).
+`--group-sizes` runs each method at every group size G with the preset's
+replies per step (prompts = replies / G); at the preset's own G the runs are
+the plain methods' runs, so they are shared with the main table.
 
 By default the command only reads the results file (benchmarks/results/
 learning-<preset>.json unless --json names another) and prints its tables; a
@@ -41,22 +47,31 @@ from pathlib import Path
 
 MAIN_METHODS = ["dara", "dara-sym", "gdpo", "static-asym", "static-sym", "grpo"]
 TABLE5_BASELINES = ["dvao", "saw", "sa_mrpo", "gd2po_hard"]
+# Group-signal arms: dynamic sampling on any reward (docs/trainer.md), or DARA-Asym with no_signal="zero".
+SIGNAL_ARMS = ["gdpo-ds", "dara-ds", "dara-zero"]
 # Methods run with --seeds; every other one with --other-seeds.
-FULLY_SEEDED = ("dara", "dara-sym", "gdpo")
+FULLY_SEEDED = ("dara", "dara-sym", "gdpo", *SIGNAL_ARMS)
+# Dynamic sampling draws candidate groups to accepted ones as the paper's math runs (2 : 3, its Table 9).
+CANDIDATES_PER_ACCEPTED = 1.5
 # The paper's static controls (Table 4) put weight 5 on one reward: here the one that starts sparse.
 DEFAULT_STATIC_WEIGHTS = {"toy": "1,5,1", "toy-paper": "1,5,1", "toy-shift": "1,5,1", "toy-gated-length": "1,1,5"}
 # Paired comparisons: each reference method against these (None: every other method at the same group size).
 PAIRED = {"dara": None, "dara-sym": ("gdpo", "static-sym")}
-KEPT = ("reward/", "density/", "weight/", "eval/")
+KEPT = ("reward/", "density/", "weight/", "eval/", "sampling/")
 
 
-def advantage_overrides(name: str, static_weights: str) -> list[str]:
-    """dara-train overrides of one named method (the calibrations through advantage.options)."""
+def advantage_overrides(name: str, static_weights: str, prompts: int) -> list[str]:
+    """dara-train overrides of one named method (the calibrations through advantage.options; `prompts`:
+    the groups trained on per step)."""
     named = {
         "dara-sym": ("dara", "{calibration: symmetric}"),
         "static-asym": ("static", f"{{calibration: positive, reward_weights: [{static_weights}]}}"),
         "static-sym": ("static", f"{{reward_weights: [{static_weights}]}}"),
+        "dara-zero": ("dara", "{no_signal: zero}"),
     }
+    if name.endswith("-ds"):
+        return [*advantage_overrides(name[:-3], static_weights, prompts), "rollout.dynamic_sampling=any",
+                f"rollout.candidate_groups={math.ceil(prompts * CANDIDATES_PER_ACCEPTED)}"]
     if name in named:
         method, options = named[name]
         return [f"advantage.method={method}", f"advantage.options={options}"]
@@ -72,9 +87,9 @@ def method_specs(names: list[str], static_weights: str, group_sizes: list[int], 
             raise SystemExit(f"--group-sizes: {replies} replies per step do not split into groups of {group}")
         for name in names:
             if group == preset_group:
-                specs[name] = advantage_overrides(name, static_weights)
+                specs[name] = advantage_overrides(name, static_weights, replies // group)
             else:
-                specs[f"{name}@G{group}"] = [*advantage_overrides(name, static_weights),
+                specs[f"{name}@G{group}"] = [*advantage_overrides(name, static_weights, replies // group),
                                              f"rollout.group_size={group}",
                                              f"rollout.prompts_per_step={replies // group}"]
     return specs
@@ -390,6 +405,128 @@ def print_tables(data: dict, summary: dict) -> None:
         for (a, b), cells in summary["pairs"].items()])
 
 
+DROP = 0.5
+DROP_REWARD = "format"
+# The endpoint fixed before the group-signal runs (LEARNING.md): DARA against GDPO, without and with dynamic
+# sampling, the area under the training format curve over steps 1-150; the other cut-offs only beside it.
+ENDPOINT_PAIRS = (("dara", "gdpo"), ("dara-ds", "gdpo-ds"))
+SECONDARY_PAIRS = (("dara-zero", "gdpo"), ("dara-zero", "dara"), ("dara-ds", "dara"), ("gdpo-ds", "gdpo"))
+AREA_CUTOFFS = (150, 100, 50)
+BOOTSTRAP = 10_000
+
+
+def reward_series(run: dict, reward: str) -> list[tuple[int, float]]:
+    key = f"reward/{reward}/mean"
+    return [(r["step"], r[key]) for r in run["records"] if r.get(key) is not None]
+
+
+def drop_step(run: dict, reward: str = DROP_REWARD) -> int | None:
+    """The first step at which the reward's training mean falls by more than DROP from the step before, once
+    it has been at its threshold (None: never)."""
+    from dara_train.summary import thresholds_for
+
+    threshold = thresholds_for(run["rewards"], run["thresholds"])[reward]
+    reached = False
+    series = reward_series(run, reward)
+    for (_, before), (step, value) in zip(series, series[1:]):
+        reached = reached or before >= threshold
+        if reached and before - value > DROP:
+            return step
+    return None
+
+
+def area(run: dict, last: int, reward: str = DROP_REWARD) -> float:
+    """Mean of the reward's training mean over steps 1..last: the area under its curve, between 0 and 1."""
+    values = [v for step, v in reward_series(run, reward) if 1 <= step <= last]
+    if len(values) != last:
+        raise SystemExit(f"{run['method']} seed {run['seed']} has {len(values)} of steps 1-{last}")
+    return sum(values) / last
+
+
+def paired_area_ratio(mine: list[dict], other: list[dict], last: int) -> dict:
+    """Per seed area(mine) / area(other); their geometric mean with a percentile bootstrap 95% CI over seeds."""
+    import numpy as np
+
+    theirs = {r["seed"]: area(r, last) for r in other}
+    seeds = sorted({r["seed"] for r in mine} & set(theirs))
+    ratios = np.array([area(r, last) / theirs[r["seed"]] for r in mine if r["seed"] in theirs])
+    logs = np.log(ratios)
+    means = logs[np.random.default_rng(0).integers(0, len(logs), (BOOTSTRAP, len(logs)))].mean(1)
+    low, high = np.exp(np.percentile(means, [2.5, 97.5]))
+    return {"seeds": seeds, "ratios": ratios.tolist(), "ratio": float(np.exp(logs.mean())), "low": float(low),
+            "high": float(high), "above": int((ratios > 1).sum())}
+
+
+def responses_per_step(run: dict, default: int) -> float:
+    """Mean responses generated per step (runs made before dynamic sampling generated `default` each)."""
+    values = [r.get("sampling/responses", default) for r in run["records"] if r["step"] >= 1
+              and any(k.startswith("reward/") for k in r)]
+    return sum(values) / len(values)
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    """median [min-max]"""
+    import numpy as np
+
+    return f"{np.median(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
+
+
+def print_stability(data: dict, default_responses: int) -> None:
+    """Per method: the runs whose format mean drops after reaching its threshold, steps to it, held-out
+    correct, generation cost and dynamic sampling's counts; then the paired area endpoint."""
+    from dara_train.summary import thresholds_for
+
+    run = data["runs"][0]
+    threshold = thresholds_for(run["rewards"], run["thresholds"])[DROP_REWARD]
+    never = run["steps"] - run["start"] + 1
+    methods = list(dict.fromkeys(r["method"] for r in data["runs"]))
+    by_method = {m: [r for r in data["runs"] if r["method"] == m] for m in methods}
+    print(f"\nDrops: runs in which the training {DROP_REWARD} mean falls by more than {DROP} in one step after"
+          f" first reaching {threshold:g} (the step in brackets). Each other cell: median [min-max] over the runs;"
+          f" steps to {DROP_REWARD} {threshold:g} as above (never: {never}); held-out correct at the last"
+          " evaluation; responses generated per step (mean over the run's steps); steps without a policy update"
+          " (dynamic sampling found no informative group), summed over the runs; acceptance rate (mean over the"
+          " run's steps); groups per step whose rewards vary while their sum is constant, among the candidates"
+          " (mean over the run's steps).\n")
+    rows = []
+    for method, runs in by_method.items():
+        drops = [(r["seed"], drop_step(r)) for r in runs]
+        dropped = [f"{seed} ({step})" for seed, step in drops if step is not None]
+        steps = [run_steps(r)[DROP_REWARD] for r in runs]
+        correct = [final_eval(r).get("correct", float("nan")) for r in runs]
+        responses = [responses_per_step(r, default_responses) for r in runs]
+        sampled = [[rec for rec in r["records"] if "sampling/rounds" in rec] for r in runs]
+        skipped = sum(rec["sampling/updated"] == 0 for recs in sampled for rec in recs)
+        acceptance = [sum(rec["sampling/acceptance_rate"] for rec in recs) / len(recs) for recs in sampled
+                      if recs and "sampling/acceptance_rate" in recs[0]]
+        conflicts = [sum(rec["sampling/conflict_groups"] for rec in recs) / len(recs) for recs in sampled if recs]
+        seeds = f": seed{'s' if len(dropped) > 1 else ''} {', '.join(dropped)}" if dropped else ""
+        rows.append([method, str(len(runs)), f"{len(dropped)}{seeds}",
+                     spread(steps, 1), spread(correct), spread(responses, 0),
+                     str(skipped) if all(sampled) else "-", spread(acceptance) if acceptance else "-",
+                     spread(conflicts) if conflicts else "-"])
+    markdown_table(["method", "runs", "drops", f"steps: {DROP_REWARD}", "held-out correct", "responses per step",
+                    "steps without update", "acceptance rate", "conflict groups per step"], rows)
+    for title, pairs_ in (("Endpoint (fixed before the group-signal runs)", ENDPOINT_PAIRS),
+                          ("Secondary comparisons (not the endpoint)", SECONDARY_PAIRS)):
+        present = [(a, b) for a, b in pairs_ if a in by_method and b in by_method]
+        if not present:
+            continue
+        print(f"\n{title}: area under the training {DROP_REWARD} curve over steps 1-N (mean of the per-step"
+              f" means), paired by seed, A / B: geometric mean of the per-seed ratios [95% percentile bootstrap CI,"
+              f" {BOOTSTRAP} resamples of the seeds]; seeds with A above B\n")
+        cells = {pair: {last: paired_area_ratio(by_method[pair[0]], by_method[pair[1]], last)
+                        for last in AREA_CUTOFFS} for pair in present}
+        markdown_table(["A vs B", *(f"steps 1-{last}" for last in AREA_CUTOFFS)], [
+            [f"{a} vs {b}", *(f"{c['ratio']:.3f} [{c['low']:.3f}-{c['high']:.3f}]; {c['above']}/{len(c['seeds'])}"
+                              for c in cells[(a, b)].values())] for a, b in present])
+        print()
+        for (a, b), by_cut in cells.items():
+            c = by_cut[AREA_CUTOFFS[0]]
+            print(f"{a} / {b}, steps 1-{AREA_CUTOFFS[0]}, seeds {', '.join(map(str, c['seeds']))}: "
+                  + ", ".join(f"{r:.3f}" for r in c["ratios"]))
+
+
 def plot(data: dict, path: Path) -> Path:
     """Mean +- one standard deviation over seeds, per method: each reward's
     training mean, active-group density and weight (the paper's Fig. 3/5 view)."""
@@ -443,6 +580,8 @@ def main(argv=None) -> None:
                         help="a dara-train override applied to every run")
     parser.add_argument("--jobs", type=int, help="runs in parallel (default: the CPU count)")
     parser.add_argument("--json", help="results file (default benchmarks/results/learning-<preset>.json)")
+    parser.add_argument("--stability", action="store_true", help="also print the format drops, generation cost "
+                        "and dynamic-sampling counts per method, and the paired area endpoint (LEARNING.md)")
     parser.add_argument("--plot", metavar="PNG", help="write a PNG of mean +- std curves per method to this path")
     parser.add_argument("--run", action="store_true", help="train the runs the results file lacks (or holds with "
                         "other overrides) and write them to it; without it the file is only read")
@@ -471,6 +610,8 @@ def main(argv=None) -> None:
     asked = [r for r in data["runs"] if r["method"] in specs and r["seed"] < seed_count(args, r["method"])]
     data["runs"] = sorted(asked, key=lambda r: (order.index(r["method"]), r["seed"]))
     print_tables(data, summarize_methods(data))
+    if args.stability:
+        print_stability(data, rollout.group_size * rollout.prompts_per_step)
     print(f"\nruns: {path}")
     if args.plot:
         print(f"curves: {plot(data, Path(args.plot))}")

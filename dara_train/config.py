@@ -46,6 +46,9 @@ class RolloutConfig:
     max_new_tokens: int = 6
     temperature: float = 1.0
     top_p: float = 1.0
+    dynamic_sampling: str = "off"       # off | any (some reward varies in the group) | sum (the weighted sum varies)
+    candidate_groups: int = 0           # dynamic sampling: groups drawn in a step's first round (0: prompts_per_step)
+    max_rounds: int = 4                 # dynamic sampling: generation rounds per step at most
 
 
 @dataclass

@@ -31,6 +31,20 @@ def thresholds_for(rewards: list[str], configured: dict) -> dict:
     return {name: float(configured.get(name, DEFAULT_THRESHOLD)) for name in rewards}
 
 
+def sampling_summary(records: list[dict]) -> dict:
+    """Dynamic sampling over the run's steps: medians of the responses generated and the acceptance rate,
+    and the steps that found no informative group (no update); {} for a run without it."""
+    import statistics
+
+    steps = [r for r in records if "sampling/acceptance_rate" in r]
+    if not steps:
+        return {}
+    return {"responses": statistics.median(r["sampling/responses"] for r in steps),
+            "acceptance": statistics.median(r["sampling/acceptance_rate"] for r in steps),
+            "rounds": statistics.median(r["sampling/rounds"] for r in steps),
+            "skipped": [r["step"] for r in steps if not r["sampling/updated"]], "steps": len(steps)}
+
+
 def summarize(records: list[dict], rewards: list[str], thresholds: dict, start: int = 0) -> dict:
     evals = [r for r in records if any(k.startswith("eval/") for k in r)]
     steps = {name: steps_to_threshold(records, name, thresholds[name], start) for name in rewards}
@@ -42,6 +56,7 @@ def summarize(records: list[dict], rewards: list[str], thresholds: dict, start: 
         "steps_to_all": first_joint_step(steps),
         "thresholds": thresholds,
         "start": start,
+        "sampling": sampling_summary(records),
     }
 
 
@@ -59,4 +74,12 @@ def format_summary(summary: dict, rewards: list[str]) -> list[str]:
         steps = summary["steps_to_threshold"][name]
         lines.append(f"  {name:<10} >= {summary['thresholds'][name]:.2f}: "
                      + (f"step {steps}" if steps is not None else "not reached"))
+    sampling = summary.get("sampling")
+    if sampling:
+        skipped = sampling["skipped"]
+        lines.append(f"dynamic sampling, median per step: {sampling['responses']:g} responses generated in "
+                     f"{sampling['rounds']:g} rounds, acceptance rate {sampling['acceptance']:.2f}; "
+                     + (f"{len(skipped)} of {sampling['steps']} steps found no informative group and made no "
+                        f"update (steps {', '.join(map(str, skipped[:10]))}{', ...' if len(skipped) > 10 else ''})"
+                        if skipped else "every step found an informative group"))
     return lines

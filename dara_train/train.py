@@ -3,7 +3,8 @@ weight sync, with per-step metrics, periodic evaluation and checkpoints."""
 from __future__ import annotations
 
 import copy
-import random
+import dataclasses
+import sys
 import time
 from pathlib import Path
 
@@ -21,23 +22,13 @@ from .model import build_policy
 from .plot import plot_run
 from .ppo import TrainBatch, ppo_loss, token_logprobs
 from .rollout import build_engine
+from .sampling import CRITERIA, Group, Sampled, check_sampling, first_round_groups, next_round_groups, round_rng
 from .summary import format_summary, summarize, thresholds_for
 from .tasks import Response, build_task
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:
     return (seed * 1_000_003 + step * 10_007 + rank) % (2 ** 31)
-
-
-def local_prompts(task, cfg: TrainConfig, step: int, rank: int, world: int):
-    """Every rank draws the same global prompt list and keeps its slice: the
-    data position is the step, so a resumed run sees the same prompts."""
-    total = cfg.rollout.prompts_per_step
-    if total % world:
-        raise ValueError(f"rollout.prompts_per_step={total} must be divisible by the {world} ranks")
-    prompts = task.sample(random.Random(step_seed(cfg.seed, step, 0)), total)
-    per_rank = total // world
-    return prompts[rank * per_rank:(rank + 1) * per_rank]
 
 
 def build_batch(prompt_ids, generations, pad_id: int, device) -> tuple[torch.Tensor, ...]:
@@ -122,10 +113,15 @@ def to_responses(tokenizer, generations) -> list[Response]:
     return out
 
 
+# The op's batch counts of group signal (docs/spec.md, Group signal), logged over the step's candidate groups.
+SIGNAL_COUNTS = ("informative_groups", "sum_informative_groups", "conflict_groups")
+
+
 class Trainer:
     def __init__(self, cfg: TrainConfig, resume: bool = False):
         self.cfg = cfg
         self.rank, self.world, self.device = init_distributed()
+        self.criterion = check_sampling(cfg.rollout, self.world)
         torch.manual_seed(cfg.seed + self.rank)
         self.output_dir = Path(cfg.output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)
@@ -156,26 +152,96 @@ class Trainer:
         return dk.fused_advantage(rewards, group_size=self.cfg.rollout.group_size,
                                   method=self.cfg.advantage.method, response_lengths=lengths, **options)
 
+    def generate_round(self, groups: int, round_index: int, times: dict) -> tuple[list[Group], torch.Tensor]:
+        """`groups` prompts drawn for all ranks (this rank keeps its slice), G responses each, scored (the
+        scoring's seconds added to times["time/reward"])."""
+        cfg = self.cfg
+        prompts = self.task.sample(round_rng(step_seed(cfg.seed, self.step, 0), round_index), groups)
+        per_rank = groups // self.world
+        prompts = prompts[self.rank * per_rank:(self.rank + 1) * per_rank]
+        prompt_ids = [self.tokenizer.encode_prompt(p.messages) for p in prompts]
+        seed = step_seed(cfg.seed, self.step, self.rank)
+        generations = self.engine.generate(prompt_ids, cfg.rollout.group_size, cfg.rollout.max_new_tokens,
+                                           cfg.rollout.temperature, cfg.rollout.top_p,
+                                           round_rng(seed, round_index).randrange(2 ** 31) if round_index else seed)
+        t0 = time.perf_counter()
+        rewards = self.task.score(cfg.task.rewards, [prompts[g.prompt_index] for g in generations],
+                                  to_responses(self.tokenizer, generations))
+        times["time/reward"] = times.get("time/reward", 0.0) + time.perf_counter() - t0
+        g = cfg.rollout.group_size
+        return [Group(prompts[i], prompt_ids[i], generations[i * g:(i + 1) * g], rewards[i * g:(i + 1) * g])
+                for i in range(len(prompts))], rewards
+
+    def gather_groups(self, groups: list[Group]) -> list[Group]:
+        """Every rank's groups, in rank order, on every rank."""
+        if self.world == 1:
+            return groups
+        gathered = [None] * self.world
+        dist.all_gather_object(gathered, groups)
+        return [group for rank_groups in gathered for group in rank_groups]
+
+    def sample(self, times: dict) -> Sampled:
+        """The step's rollout. Without dynamic sampling: rollout.prompts_per_step groups, all trained on.
+        With it: rounds of candidate groups until prompts_per_step are accepted or max_rounds are spent;
+        every rank sees every rank's accepted groups in the same order, so all decide alike and run the
+        same rounds, and each trains on an equal, contiguous share of the first accepted ones."""
+        ro = self.cfg.rollout
+        self.task.set_step(self.step + 1)
+        if self.criterion == "off":
+            groups, rewards = self.generate_round(ro.prompts_per_step, 0, times)
+            return Sampled(groups, rewards, None, {"sampling/rounds": 1,
+                                                   "sampling/candidate_groups": ro.prompts_per_step})
+        target, cap = ro.prompts_per_step, first_round_groups(ro)
+        accepted, rewards, candidates, first, rounds = [], [], 0, None, 0
+        counts = dict.fromkeys(SIGNAL_COUNTS, 0)
+        while len(accepted) < target and rounds < ro.max_rounds:
+            size = cap if rounds == 0 else next_round_groups(target - len(accepted), len(accepted), candidates,
+                                                             cap, self.world)
+            groups, round_rewards = self.generate_round(size, rounds, times)
+            out = self.advantages(round_rewards, torch.tensor([len(g.token_ids) for grp in groups
+                                                               for g in grp.generations]))
+            flags = getattr(out, CRITERIA[self.criterion])[::ro.group_size].tolist()
+            accepted += self.gather_groups([grp for grp, keep in zip(groups, flags) if keep])
+            first = out if first is None else first
+            rewards.append(round_rewards)
+            candidates += size
+            rounds += 1
+            for name in counts:
+                counts[name] += int(getattr(out, name))
+        kept = accepted[:target]
+        # Equal shares keep every rank's update in step; a remainder the ranks cannot share is dropped.
+        share = len(kept) // self.world
+        stats = {"sampling/rounds": rounds, "sampling/candidate_groups": candidates,
+                 "sampling/accepted_groups": len(accepted), "sampling/acceptance_rate": len(accepted) / candidates,
+                 **{f"sampling/{name}": count for name, count in counts.items()}}
+        return Sampled(kept[self.rank * share:(self.rank + 1) * share], torch.cat(rewards), first, stats)
+
     def train_step(self) -> dict:
         cfg = self.cfg
         times = {}
         t0 = time.perf_counter()
-        prompts = local_prompts(self.task, cfg, self.step, self.rank, self.world)
-        prompt_ids = [self.tokenizer.encode_prompt(p.messages) for p in prompts]
-        generations = self.engine.generate(prompt_ids, cfg.rollout.group_size, cfg.rollout.max_new_tokens,
-                                           cfg.rollout.temperature, cfg.rollout.top_p,
-                                           step_seed(cfg.seed, self.step, self.rank))
-        times["time/rollout"] = time.perf_counter() - t0
+        sampled = self.sample(times)
+        times["time/rollout"] = time.perf_counter() - t0 - times["time/reward"]
+        record = {"step": self.step + 1, **sampled.stats,
+                  "sampling/trained_groups": int(all_sum(torch.tensor([len(sampled.groups)]))[0]),
+                  "sampling/responses": sampled.stats["sampling/candidate_groups"] * cfg.rollout.group_size}
+        if not sampled.groups:
+            self.step += 1
+            record["sampling/updated"] = 0
+            record.update(reward_metrics(cfg.task.rewards, sampled.candidate_rewards, sampled.signal))
+            record.update(times)
+            if self.rank == 0:
+                print(f"\nstep {self.step}: no informative group in {record['sampling/rounds']} rounds "
+                      f"({record['sampling/candidate_groups']} candidate groups): no policy update",
+                      file=sys.stderr, flush=True)
+            return record
 
         t0 = time.perf_counter()
-        responses = to_responses(self.tokenizer, generations)
-        self.task.set_step(self.step + 1)
-        rewards = self.task.score(cfg.task.rewards, [prompts[g.prompt_index] for g in generations], responses)
-        times["time/reward"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        ids, attention, response_mask, sampled = build_batch(prompt_ids, generations, self.tokenizer.pad_token_id,
-                                                             self.device)
+        generations = [dataclasses.replace(g, prompt_index=i) for i, grp in enumerate(sampled.groups)
+                       for g in grp.generations]
+        rewards = torch.cat([grp.rewards for grp in sampled.groups])
+        ids, attention, response_mask, sampled_logprobs = build_batch(
+            [grp.prompt_ids for grp in sampled.groups], generations, self.tokenizer.pad_token_id, self.device)
         lengths = response_mask.sum(1).cpu()
         out = self.advantages(rewards, lengths)
         token_adv = out.advantages.to(self.device).unsqueeze(1) * response_mask
@@ -194,13 +260,15 @@ class Trainer:
         times["time/sync"] = time.perf_counter() - t0
 
         self.step += 1
-        record = {"step": self.step}
-        record.update(reward_metrics(cfg.task.rewards, rewards, out))
+        record["sampling/updated"] = 1
+        record.update(reward_metrics(cfg.task.rewards, sampled.candidate_rewards, out))
+        if self.criterion == "off":
+            record.update({f"sampling/{name}": int(getattr(out, name)) for name in SIGNAL_COUNTS})
         lengths_sum = all_sum(torch.tensor([lengths.float().sum().item(), float(len(lengths))]))
         record["response_length/mean"] = (lengths_sum[0] / lengths_sum[1]).item()
         record["adv/batch_mean"] = out.batch_mean.item()
         record["adv/batch_std"] = out.batch_std.item()
-        record.update(rollout_logprob_diff(sampled, old, response_mask))
+        record.update(rollout_logprob_diff(sampled_logprobs, old, response_mask))
         record.update({f"train/{k}": v for k, v in stats.items()})
         record.update(times)
         return record

@@ -54,6 +54,42 @@ def test_named_methods_reach_both_calibrations_and_group_sizes():
         script.method_specs(["dara"], "1,5,1", [3], preset_group=4, replies=512)
 
 
+def test_group_signal_arms_reach_the_trainer():
+    from dara_train.config import load_config
+
+    script = load_script()
+    specs = script.method_specs(script.SIGNAL_ARMS, "1,5,1", [], preset_group=4, replies=512)
+    seen = {}
+    for label, overrides in specs.items():
+        cfg = load_config("toy-paper", None, overrides)
+        seen[label] = (cfg.advantage.method, cfg.advantage.options, cfg.rollout.dynamic_sampling,
+                       cfg.rollout.candidate_groups, cfg.rollout.prompts_per_step)
+    assert seen == {"gdpo-ds": ("gdpo", {}, "any", 192, 128), "dara-ds": ("dara", {}, "any", 192, 128),
+                    "dara-zero": ("dara", {"no_signal": "zero"}, "off", 0, 128)}
+
+
+def synthetic_run(method, seed, formats):
+    return {"method": method, "seed": seed, "rewards": ["format"], "thresholds": {"format": 0.8},
+            "steps": len(formats), "start": 0,
+            "records": [{"step": i + 1, "reward/format/mean": v} for i, v in enumerate(formats)]}
+
+
+def test_drops_and_the_paired_area_endpoint():
+    script = load_script()
+    assert script.drop_step(synthetic_run("a", 0, [0.5, 0.9, 0.3, 0.9])) == 3
+    assert script.drop_step(synthetic_run("a", 0, [0.9, 0.5, 0.0, 0.9])) is None    # falls 0.4, then 0.5
+    assert script.drop_step(synthetic_run("a", 0, [0.7, 0.1, 0.9, 0.9])) is None    # before reaching 0.8
+    assert script.area(synthetic_run("a", 0, [0.5, 0.9, 0.3, 0.9]), 2) == pytest.approx(0.7)
+    mine = [synthetic_run("a", 0, [0.4, 0.8]), synthetic_run("a", 1, [0.5, 1.0])]
+    other = [synthetic_run("b", 0, [0.2, 0.4]), synthetic_run("b", 1, [0.5, 1.0])]
+    result = script.paired_area_ratio(mine, other, 2)
+    assert result["ratios"] == pytest.approx([2.0, 1.0]) and result["above"] == 1
+    assert result["ratio"] == pytest.approx(2 ** 0.5)
+    assert result["low"] == pytest.approx(1.0) and result["high"] == pytest.approx(2.0)
+    with pytest.raises(SystemExit, match="has 2 of steps 1-3"):
+        script.area(mine[0], 3)
+
+
 def test_without_run_a_missing_or_different_run_is_an_error_and_nothing_is_written(tmp_path):
     script = load_script()
     results = tmp_path / "runs.json"
@@ -64,7 +100,7 @@ def test_without_run_a_missing_or_different_run_is_an_error_and_nothing_is_writt
 
     specs = script.method_specs(["dara", "static-asym"], "1,5,1", [], preset_group=8, replies=128)
     made = [{"method": "dara", "seed": 0, "overrides": specs["dara"]},
-            {"method": "static-asym", "seed": 0, "overrides": script.advantage_overrides("static-asym", "1,4,1")}]
+            {"method": "static-asym", "seed": 0, "overrides": script.advantage_overrides("static-asym", "1,4,1", 16)}]
     results.write_text(json.dumps({"preset": "toy", "steps_override": 10, "settings": [], "runs": made}))
     before = results.read_bytes()
     with pytest.raises(SystemExit) as stop:

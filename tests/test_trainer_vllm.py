@@ -71,6 +71,11 @@ def test_math_preset_runs_with_vllm_reproducibly_by_seed(tmp_path):
     # The preset's default engine, then the flag: the same rollouts, so the same metrics.
     first = run_two_steps(tmp_path / "default", "--preset", "math")
     assert run_two_steps(tmp_path / "flag", "--preset", "math", "--rollout", "vllm") == first
+    # The preset's dynamic sampling: 12 candidate groups first, 8 trained on, those whose summed reward varies.
+    for r in (r for r in first if "sampling/rounds" in r):
+        assert r["sampling/candidate_groups"] >= 12 and r["sampling/responses"] == 8 * r["sampling/candidate_groups"]
+        assert r["sampling/accepted_groups"] == r["sampling/sum_informative_groups"]
+        assert r["sampling/trained_groups"] == min(8, r["sampling/accepted_groups"])
 
 
 def test_toolcall_preset_runs_with_vllm_on_two_ranks(tmp_path):

@@ -1,0 +1,170 @@
+"""Dynamic sampling (docs/trainer.md): the round sizing, the groups a step keeps (by fused_advantage's flags,
+whole groups, in order), a step without signal that makes no update, and runs on the toy preset (HF) and
+on two ranks. The math preset's run with vLLM is in test_trainer_vllm.py."""
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from dara_train.config import TrainConfig
+from dara_train.sampling import check_sampling, next_round_groups
+
+G = 2
+UNIFORM, VARIES, CONFLICT = [[1, 1], [1, 1]], [[1, 0], [0, 0]], [[1, 0], [0, 1]]   # CONFLICT: the sum is constant
+
+
+def test_round_sizing():
+    # deficit / observed acceptance * 1.25, rounded up to a multiple of the ranks
+    assert next_round_groups(deficit=147, accepted=357, candidates=500, cap=768, world=8) == 264
+    assert next_round_groups(deficit=1, accepted=3, candidates=6, cap=6, world=1) == 3
+    assert next_round_groups(deficit=1, accepted=3, candidates=6, cap=6, world=2) == 4
+    # at least one group per rank, at most the first round's size, which is also asked for while none passed
+    assert next_round_groups(deficit=1, accepted=100, candidates=100, cap=64, world=4) == 4
+    assert next_round_groups(deficit=50, accepted=1, candidates=64, cap=64, world=4) == 64
+    assert next_round_groups(deficit=8, accepted=0, candidates=12, cap=12, world=2) == 12
+
+
+def rollout(**values):
+    ro = TrainConfig().rollout
+    for key, value in values.items():
+        setattr(ro, key, value)
+    return ro
+
+
+def test_settings_are_checked():
+    assert check_sampling(rollout(dynamic_sampling=False), 1) == "off"   # YAML's bare `off`
+    assert check_sampling(rollout(dynamic_sampling="sum", candidate_groups=24), 2) == "sum"
+    with pytest.raises(ValueError, match="is not one of off, any, sum"):
+        check_sampling(rollout(dynamic_sampling="all"), 1)
+    with pytest.raises(ValueError, match="candidate_groups=9 must be a positive multiple of the 2 ranks"):
+        check_sampling(rollout(dynamic_sampling="any", candidate_groups=9), 2)
+    with pytest.raises(ValueError, match="max_rounds=0"):
+        check_sampling(rollout(dynamic_sampling="any", max_rounds=0), 1)
+    with pytest.raises(ValueError, match="prompts_per_step=15 must be divisible by the 2 ranks"):
+        check_sampling(rollout(prompts_per_step=15), 2)
+
+
+class ScriptedTask:
+    """Each round's prompts are (round, index); each round's rewards come from the script."""
+
+    def __init__(self, rounds):
+        self.rounds, self.sizes = list(rounds), []
+
+    def set_step(self, step):
+        pass
+
+    def sample(self, rng, count):
+        from dara_train.tasks import Prompt
+
+        self.sizes.append(count)
+        return [Prompt([], (len(self.sizes) - 1, i)) for i in range(count)]
+
+    def score(self, names, prompts, responses):
+        return torch.tensor(self.rounds.pop(0), dtype=torch.float32).reshape(len(prompts), len(names))
+
+
+def one_rank_trainer(criterion, rounds, max_rounds=4):
+    from dara_train.rollout import Generation
+    from dara_train.train import Trainer
+
+    trainer = Trainer.__new__(Trainer)
+    trainer.cfg = TrainConfig()
+    trainer.cfg.task.rewards = ["a", "b"]
+    trainer.cfg.rollout = rollout(group_size=G, prompts_per_step=4, candidate_groups=6, max_rounds=max_rounds,
+                                  dynamic_sampling=criterion)
+    trainer.rank, trainer.world, trainer.step = 0, 1, 0
+    trainer.criterion = check_sampling(trainer.cfg.rollout, 1)
+    trainer.task = ScriptedTask(rounds)
+    trainer.tokenizer = SimpleNamespace(encode_prompt=lambda messages: [1], decode=lambda tokens: "", reply_prefix="")
+    trainer.engine = SimpleNamespace(generate=lambda prompts, n, *rest: [
+        Generation(i, [5, 0], True, [0.0, 0.0]) for i in range(len(prompts)) for _ in range(n)])
+    return trainer
+
+
+def kept(sampled):
+    for group in sampled.groups:
+        assert len(group.generations) == G and group.rewards.shape == (G, 2)
+    return [group.prompt.answer for group in sampled.groups]
+
+
+def test_any_reward_keeps_constant_sum_groups_and_sizes_the_second_round():
+    first = [UNIFORM, VARIES, UNIFORM, CONFLICT, [[0, 1], [0, 1]], [[0, 1], [0, 0]]]
+    trainer = one_rank_trainer("any", [first, [UNIFORM, VARIES, VARIES]])
+    sampled = trainer.sample({})
+    # 3 of 6 accepted, 1 short: ceil(1 / 0.5 * 1.25) = 3 more; the first 4 accepted are kept, whole
+    assert trainer.task.sizes == [6, 3]
+    assert kept(sampled) == [(0, 1), (0, 3), (0, 5), (1, 1)]
+    assert sampled.groups[1].rewards.tolist() == CONFLICT
+    assert sampled.stats == {"sampling/rounds": 2, "sampling/candidate_groups": 9, "sampling/accepted_groups": 5,
+                             "sampling/acceptance_rate": 5 / 9, "sampling/informative_groups": 5,
+                             "sampling/sum_informative_groups": 4, "sampling/conflict_groups": 1}
+    assert sampled.candidate_rewards.shape == (9 * G, 2)
+
+
+def test_summed_reward_drops_constant_sum_groups():
+    first = [UNIFORM, VARIES, UNIFORM, CONFLICT, [[0, 1], [0, 1]], [[0, 1], [0, 0]]]
+    second = [UNIFORM, VARIES, CONFLICT, VARIES, UNIFORM, VARIES]
+    trainer = one_rank_trainer("sum", [first, second])
+    sampled = trainer.sample({})
+    # 2 of 6 accepted: ceil(2 / (1/3) * 1.25) = 8, capped at the first round's 6
+    assert trainer.task.sizes == [6, 6]
+    assert kept(sampled) == [(0, 1), (0, 5), (1, 1), (1, 3)]
+    assert sampled.stats["sampling/accepted_groups"] == 5
+    assert sampled.stats["sampling/conflict_groups"] == 2
+
+
+def test_no_signal_within_the_cap_leaves_nothing_to_train():
+    trainer = one_rank_trainer("any", [[UNIFORM] * 6, [UNIFORM] * 6], max_rounds=2)
+    sampled = trainer.sample({})
+    assert trainer.task.sizes == [6, 6] and sampled.groups == []
+    assert sampled.stats["sampling/rounds"] == 2 and sampled.stats["sampling/acceptance_rate"] == 0
+    assert sampled.signal.density.tolist() == [0.0, 0.0]
+
+
+def test_no_signal_reaches_the_op_through_advantage_options():
+    trainer = one_rank_trainer("off", [])
+    # reward b varies in fewer groups than a: DARA weighs it up, and positive calibration shifts the batch mean
+    rewards = torch.tensor(UNIFORM + VARIES + VARIES + [[0, 1], [0, 0]], dtype=torch.float32)
+    lengths = torch.full((8,), 2)
+    kept = trainer.advantages(rewards, lengths).advantages
+    assert kept[:2].abs().min() > 0.01   # DARA-Asym's positive batch mean pushes the uniform group
+    trainer.cfg.advantage.options = {"no_signal": "zero"}
+    zeroed = trainer.advantages(rewards, lengths).advantages
+    assert zeroed[:2].tolist() == [0.0, 0.0] and zeroed[2:].abs().min() > 0.01
+
+
+pytest.importorskip("transformers")
+from dara_train.metrics import read_metrics  # noqa: E402
+from tests.test_trainer_toy import final_weights  # noqa: E402
+from tests.trainer_helpers import run_train  # noqa: E402
+
+
+@pytest.mark.parametrize("criterion, ranks", [("any", 1), ("sum", 2)])
+def test_toy_run_trains_on_accepted_groups(tmp_path, criterion, ranks):
+    out = tmp_path / "run"
+    run_train("--preset", "toy", "--steps", "3", "--output-dir", str(out), "--set", "eval_every=0",
+              "--set", f"rollout.dynamic_sampling={criterion}", "--set", "rollout.candidate_groups=8", ranks=ranks)
+    flag = {"any": "sampling/informative_groups", "sum": "sampling/sum_informative_groups"}[criterion]
+    steps = [r for r in read_metrics(out) if "sampling/rounds" in r]
+    assert len(steps) == 3
+    for r in steps:
+        assert r["sampling/accepted_groups"] == r[flag]
+        assert r["sampling/trained_groups"] == min(16, r["sampling/accepted_groups"] // ranks * ranks)
+        assert r["sampling/responses"] == 8 * r["sampling/candidate_groups"]
+        assert r["sampling/rounds"] >= 2 and r["sampling/candidate_groups"] % ranks == 0
+        assert r["sampling/updated"] == 1 and "train/loss" in r
+
+
+def test_step_without_signal_makes_no_update(tmp_path):
+    # Greedy rollouts: a group's replies are all alike, so no reward varies in any group.
+    common = ["--preset", "toy", "--set", "eval_every=0", "--set", "rollout.temperature=0"]
+    run_train(*common, "--steps", "0", "--output-dir", str(tmp_path / "initial"), "--set", "report=false")
+    result = run_train(*common, "--steps", "2", "--output-dir", str(tmp_path / "run"),
+                       "--set", "rollout.dynamic_sampling=any", "--set", "rollout.max_rounds=2")
+    assert "step 1: no informative group in 2 rounds (32 candidate groups): no policy update" in result.stderr
+    steps = [r for r in read_metrics(tmp_path / "run") if "sampling/rounds" in r]
+    assert [(r["sampling/updated"], r["sampling/trained_groups"]) for r in steps] == [(0, 0), (0, 0)]
+    assert not any("train/loss" in r for r in steps)
+    initial, final = final_weights(tmp_path / "initial"), final_weights(tmp_path / "run")
+    for name in initial:
+        assert torch.equal(initial[name], final[name]), name

@@ -11,7 +11,6 @@ from .distributed import distributed_advantage
 from .options import AdvantageOptions, resolve_options
 from .output import AdvantageOutput
 from .validation import prepare_inputs, reward_matrix
-from .wire import OPTION_NAMES
 
 TensorLike = Union[torch.Tensor, Sequence[float]]
 
@@ -75,14 +74,15 @@ def fused_advantage(
     per reward; NaN marks a reward that could not score a response. Give the
     groups as `group_size` (contiguous blocks) or `group_index` (any ids).
     Options left as None take the preset's value, then the method's default
-    (each option's row in wire.OPTIONS; tests/test_wire.py keeps this
-    signature's option keywords equal to that table).
+    (each option's row in wire.OPTIONS).
     """
-    arguments = locals()
-    given = {}
-    for name in OPTION_NAMES:  # a loop, not a comprehension: torch.compile traces locals() without closure cells
-        given[name] = arguments[name]
-    opts = _options(method, preset, **given)
+    # By name, not from locals(): torch.compile (2.11) cannot trace locals(). tests/test_wire.py keeps these
+    # keys, the signature and wire.OPTION_NAMES equal.
+    opts = _options(
+        method, preset, eps=eps, unbiased=unbiased, scale_by_std=scale_by_std, batch_norm=batch_norm,
+        bn_eps=bn_eps, nan_policy=nan_policy, active_tol=active_tol, alpha=alpha, density_floor=density_floor,
+        saw_delta=saw_delta, sa_gamma=sa_gamma, apply_query_scale=apply_query_scale, singleton=singleton,
+        calibration=calibration, max_weight=max_weight, rvpo_k=rvpo_k, no_signal=no_signal)
     rewards = reward_matrix(rewards)
     name = backends.choose_backend(backend, rewards.device, rewards.shape[1])
     inputs = prepare_inputs(

@@ -26,6 +26,22 @@ def test_fused_advantage_takes_every_option_of_the_table():
     assert [f.name for f in dataclasses.fields(dk.AdvantageOptions)] == ["method", "preset", *wire.OPTION_NAMES]
 
 
+def test_every_option_keyword_reaches_the_resolution(monkeypatch):
+    """fused_advantage passes each keyword on by name: a keyword left out of that call would be dropped."""
+    from dara_kernels import api
+
+    seen = {}
+
+    def capture(method, preset, **given):
+        seen.update(given)
+        raise RuntimeError("captured")
+
+    monkeypatch.setattr(api, "_options", capture)
+    with pytest.raises(RuntimeError, match="captured"):
+        dk.fused_advantage(torch.zeros(4, 2), 2, **{name: object() for name in wire.OPTION_NAMES})
+    assert sorted(seen) == sorted(wire.OPTION_NAMES) and all(v is not None for v in seen.values())
+
+
 def test_triton_kernels_read_options_by_their_field_names():
     """An option a Triton kernel takes is a wire.KERNEL_FIELDS entry, passed by name (triton/fused.py bind)."""
     pytest.importorskip("triton")

@@ -15,7 +15,8 @@
 # cpu: DARA_BUILD_CUDA=0 (the CPU kernels only, as a CUDA torch beside a
 #   toolkit of another CUDA version builds); the op suite.
 # The venv, ${DARA_VENV:-.venv}-MODE-TORCH (e.g. .venv-cuda-torch2.11.0), is
-# created once and reused. The package is installed editable from a copy of
+# created once and reused; DARA_PRUNE_ENVS=1 removes it when the check ends
+# (a CUDA torch's venv holds 5 to 7 GB). The package is installed editable from a copy of
 # the checkout inside the venv: an editable build writes dara_kernels/_C*.so
 # into its source tree, and the checkout's own .so belongs to the CPU-torch
 # environment of scripts/run.sh.
@@ -38,6 +39,9 @@ OP_SUITE=(tests/test_torch_op.py tests/test_cpu_backend.py tests/test_validation
   tests/test_presets.py tests/test_reference.py tests/test_backend_choice.py tests/test_wire.py
   tests/test_distributed.py tests/test_setup_checks.py)
 total_start=$(date +%s)
+if [ -n "${DARA_PRUNE_ENVS:-}" ]; then
+  trap 'echo "[dara $MODE-build $TORCH_SPEC] removing $VENV (DARA_PRUNE_ENVS)" >&2; rm -rf "$VENV"' EXIT
+fi
 
 log() { echo "[dara $MODE-build $TORCH_SPEC] $*" >&2; }
 # Steps run as `if` conditions, where bash ignores set -e: each step's status is its last command's.

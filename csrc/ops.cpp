@@ -1,6 +1,7 @@
 // Registers the dara op schemas (generated into core/wire.h from
 // dara_kernels/wire.py). Implementations register per device in
-// cpu/binding.cpp and cuda/binding.cpp; the fake kernels
+// cpu/binding.cpp and cuda/binding.cpp (device_layout, for every device, in
+// device_layout.cpp); the fake kernels
 // for torch.compile live in dara_kernels/_ops.py.
 #include <Python.h>
 #include <torch/library.h>
@@ -18,4 +19,5 @@ PyObject* PyInit__C(void) {
 TORCH_LIBRARY(dara, m) {
   m.def(dara::kFusedAdvantageSchema);
   m.def(dara::kAccumulateSchema);
+  m.def("device_layout(Tensor group_index) -> (Tensor rows, Tensor offsets, Tensor num_groups)");
 }

@@ -66,6 +66,11 @@ if extension_available():
         m, e = accumulator_sizes(k, combined_columns(method, k, positive))
         return (rewards.new_empty(m, dtype=torch.float64), rewards.new_empty(e, dtype=torch.float64))
 
+    @torch.library.register_fake("dara::device_layout")
+    def _device_layout_fake(group_index):
+        n = group_index.shape[0]
+        return tuple(group_index.new_empty(shape, dtype=torch.int64) for shape in ((n,), (n + 1,), ()))
+
 
 def _layout_args(inputs: PreparedInputs):
     return (inputs.rewards, inputs.group_index, inputs.group_size, inputs.reward_weights,

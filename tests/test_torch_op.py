@@ -26,6 +26,20 @@ def test_opcheck(method, with_mask, layout):
     torch.library.opcheck(torch.ops.dara.accumulate.default, (*args, options))
 
 
+@pytest.mark.parametrize("ids", [[5, 2, 5, 9, 2, 2, 7], [3], [], [4, 4, 4]])
+def test_device_layout(ids):
+    """The CSR layout the CUDA and Triton backends walk: rows in stable group order, each group's start."""
+    group_index = torch.tensor(ids, dtype=torch.int32)
+    torch.library.opcheck(torch.ops.dara.device_layout.default, (group_index,))
+    rows, offsets, num_groups = torch.ops.dara.device_layout(group_index)
+    distinct = sorted(set(ids))
+    expected_rows = [i for g in distinct for i, gid in enumerate(ids) if gid == g]
+    starts = [expected_rows.index(next(i for i, gid in enumerate(ids) if gid == g)) for g in distinct]
+    assert rows.tolist() == expected_rows
+    assert offsets.tolist() == starts + [len(ids)] * (len(ids) + 1 - len(starts))
+    assert int(num_groups) == len(distinct) and num_groups.dtype == torch.int64
+
+
 @pytest.mark.parametrize("method", ["gdpo", "dara", "grpo"])
 def test_compile_fullgraph_matches_eager(method):
     case = make_case(2, "fixed", 3, shape=(64, 8))

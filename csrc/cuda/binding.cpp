@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "../core/wire.h"
+#include "../device_layout.h"
 #include "../op_outputs.h"
 #include "launch.h"
 
@@ -80,19 +81,13 @@ Prepared prepare(const at::Tensor& rewards, const OptTensor& group_index, int64_
   p.rewards = rewards.contiguous();
   p.base = reward_weights.to(at::kDouble).contiguous();
   const Options o = options_from_vector(options.data());
-  auto i64 = rewards.options().dtype(at::kLong);
   if (group_index.has_value()) {
     TORCH_CHECK(group_index->numel() == n, "dara: group_index must have N elements");
     check_on_device(*group_index, rewards, "group_index");
-    auto sorted = at::sort(group_index->to(at::kLong), /*stable=*/true, /*dim=*/0, /*descending=*/false);
-    at::Tensor ids = std::get<0>(sorted);
-    p.rows = std::get<1>(sorted).contiguous();
-    at::Tensor starts = at::ones({n}, rewards.options().dtype(at::kBool));
-    if (n > 1) starts.slice(0, 1).copy_(ids.slice(0, 1).ne(ids.slice(0, 0, n - 1)));
-    at::Tensor segment = starts.to(at::kLong).cumsum(0).sub_(1);
-    p.offsets = at::full({n + 1}, n, i64);
-    p.offsets.scatter_reduce_(0, segment, at::arange(n, i64), "amin", /*include_self=*/true);
-    p.num_groups = n > 0 ? segment.select(0, n - 1).add(1) : at::zeros({}, i64);
+    DeviceLayout layout = device_layout(*group_index);
+    p.rows = layout.rows;
+    p.offsets = layout.offsets;
+    p.num_groups = layout.num_groups;
     p.max_groups = n;
   } else {
     TORCH_CHECK(group_size >= 1 && n % group_size == 0, "dara: group_size must divide N");

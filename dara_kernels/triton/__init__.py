@@ -16,6 +16,11 @@ def triton_unavailable_reason(device: torch.device) -> Optional[str]:
         import triton  # noqa: F401
     except ImportError as err:
         return f'backend="triton" is unavailable: triton is not installed ({err})'
+    from .._ops import EXTENSION_ERROR
+
+    if EXTENSION_ERROR is not None:
+        # The group layout (dara::device_layout) is the compiled op the CUDA backend uses too.
+        return f'backend="triton" is unavailable: {EXTENSION_ERROR}'
     if device.type == "cuda":
         return None
     if device.type == "cpu" and _interpreting():

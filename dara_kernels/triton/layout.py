@@ -1,6 +1,8 @@
-"""Group layout on the device without host synchronisation: a stable sort of
-group_index into CSR (rows, offsets) and the group count as a device scalar.
-Kernels loop over groups up to that scalar, so no shape depends on data."""
+"""The group layout the Triton kernels walk: contiguous groups of group_size,
+or a group_index's CSR (rows, offsets) and group count as a device scalar,
+built by the compiled op dara::device_layout (csrc/device_layout.cpp), which
+the CUDA backend uses too. Kernels loop over groups up to that scalar, so no
+shape depends on data."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,16 +22,9 @@ class DeviceLayout:
 
 def device_layout(rewards: torch.Tensor, group_size: int, group_index: Optional[torch.Tensor]) -> DeviceLayout:
     n = rewards.shape[0]
-    device = rewards.device
     if group_index is None:
         groups = n // group_size if group_size else 0
-        return DeviceLayout(None, None, torch.tensor(groups, dtype=torch.int64, device=device), group_size, groups)
-    sorted_ids, rows = torch.sort(group_index, stable=True)
-    starts = torch.ones(n, dtype=torch.bool, device=device)
-    starts[1:] = sorted_ids[1:] != sorted_ids[:-1]
-    segment = torch.cumsum(starts.to(torch.int64), 0) - 1
-    offsets = torch.full((n + 1,), n, dtype=torch.int64, device=device)
-    positions = torch.arange(n, dtype=torch.int64, device=device)
-    offsets.scatter_reduce_(0, segment, positions, reduce="amin", include_self=True)
-    num_groups = segment[-1] + 1 if n else torch.zeros((), dtype=torch.int64, device=device)
+        return DeviceLayout(None, None, torch.tensor(groups, dtype=torch.int64, device=rewards.device), group_size,
+                            groups)
+    rows, offsets, num_groups = torch.ops.dara.device_layout(group_index)
     return DeviceLayout(rows, offsets, num_groups, 0, n)

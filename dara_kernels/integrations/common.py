@@ -2,7 +2,8 @@
 op's diagnostics in a trainer's metrics."""
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+import functools
+from typing import Callable, Iterable, Mapping
 
 import dara_kernels as dk
 
@@ -38,3 +39,15 @@ def diagnostics(out: dk.AdvantageOutput, names: Iterable[str], prefix: str = "da
         metrics[f"{prefix}energy/{name}"] = float(out.energy[i])
     metrics[f"{prefix}batch_std"] = float(out.batch_std)
     return metrics
+
+
+def with_extra_metrics(original: Callable, extra: Callable[..., Mapping]) -> Callable:
+    """`original`, a framework function that returns a step's metrics dict, returning also `extra(*args)`
+    (the diagnostics an integration stored for that step), so that the framework's own logger logs them."""
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        metrics = original(*args, **kwargs)
+        metrics.update(extra(*args))
+        return metrics
+
+    return wrapper

@@ -35,7 +35,7 @@ from typing import Callable, Optional
 import torch
 
 import dara_kernels as dk
-from dara_kernels.integrations.common import check_options, diagnostics
+from dara_kernels.integrations.common import check_options, diagnostics, with_extra_metrics
 from dara_kernels.integrations.groups import group_signal
 
 METHOD_ENV = "DARA_SWIFT_METHOD"
@@ -148,16 +148,6 @@ def _hold_for_log(trainer, metrics: dict) -> None:
     trainer.__dict__.setdefault("_dara_metrics", {}).update(metrics)
 
 
-def _with_held_metrics(original: Callable) -> Callable:
-    def _build_grpo_log_metrics(self, *args, **kwargs):
-        metrics = original(self, *args, **kwargs)
-        metrics.update(self.__dict__.pop("_dara_metrics", {}))
-        return metrics
-
-    _build_grpo_log_metrics.__wrapped__ = original
-    return _build_grpo_log_metrics
-
-
 def _hf_compute_std(self, samples, rewards_per_func: torch.Tensor) -> torch.Tensor:
     """GRPOTrainer.compute_std, the signal its _dynamic_sampling keeps rows by (> 0)."""
     if self.dynamic_num_samples:
@@ -223,7 +213,8 @@ def install() -> list:
         driver.compute_std_for_dynamic_sampling = dynamic_sample_signal
         _wrap(driver.GRPOTrainer, "compute_advantages", lambda m: _recording(m, _hold_for_log))
         _wrap(driver.GRPOTrainer, "_dynamic_sampling", lambda m: _recording(m, _hold_for_log))
-        _wrap(driver.GRPOTrainer, "_build_grpo_log_metrics", _with_held_metrics)
+        _wrap(driver.GRPOTrainer, "_build_grpo_log_metrics",
+              lambda m: with_extra_metrics(m, lambda self, *_: self.__dict__.pop("_dara_metrics", {})))
         patched.append(_RAY)
     return patched
 

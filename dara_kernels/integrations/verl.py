@@ -43,7 +43,7 @@ from verl.trainer.ppo import core_algos, ray_trainer
 
 import dara_kernels as dk
 
-from .common import diagnostics
+from .common import diagnostics, with_extra_metrics
 from .groups import group_ids
 
 _BATCH: contextvars.ContextVar = contextvars.ContextVar("dara_verl_batch", default=None)
@@ -174,16 +174,6 @@ def _wrap_dispatcher(original):
     return compute_advantage
 
 
-def _wrap_data_metrics(original):
-    def compute_data_metrics(batch, *args, **kwargs):
-        metrics = original(batch, *args, **kwargs)
-        metrics.update(batch.meta_info.get("dara_metrics", {}))
-        return metrics
-
-    compute_data_metrics.__wrapped__ = original
-    return compute_data_metrics
-
-
 def _v1_components(batch, keys: list, colocated: bool) -> dict:
     """The reward components of a v1 batch (a KVBatchMeta), read from TransferQueue where verl's reward path
     wrote them: the reward loop workers (rule-based rewards, or a reward model with its own resource pool)
@@ -237,7 +227,8 @@ def install() -> None:
     if v1_utils is not None and not hasattr(v1_utils.compute_advantage, "__wrapped__"):
         v1_utils.compute_advantage = _wrap_dispatcher(v1_utils.compute_advantage)
     if not hasattr(ray_trainer.compute_data_metrics, "__wrapped__"):
-        ray_trainer.compute_data_metrics = _wrap_data_metrics(ray_trainer.compute_data_metrics)
+        ray_trainer.compute_data_metrics = with_extra_metrics(
+            ray_trainer.compute_data_metrics, lambda batch, *_: batch.meta_info.get("dara_metrics", {}))
     if importlib.util.find_spec("transfer_queue") is None:
         return  # verl's v1 trainer imports transfer_queue at its top: without it there is no v1 trainer
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer  # its utils take the wrapped dispatcher

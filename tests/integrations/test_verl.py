@@ -86,6 +86,18 @@ def test_dara_through_dispatcher_reports_metrics():
     assert torch.isfinite(adv).all() and (adv * (1 - data.batch["response_mask"])).abs().max() == 0
 
 
+def test_data_metrics_carry_the_diagnostics():
+    """verl's legacy trainer logs what compute_data_metrics returns: ours joins its own."""
+    dara_verl.configure(alpha=0.5)
+    data = ray_trainer.compute_advantage(make_batch(8), adv_estimator="dara",
+                                         config=AlgoConfig(gdpo_reward_keys=KEYS))
+    data.batch["token_level_scores"] = data.batch["token_level_rewards"]
+    data.batch["responses"] = torch.zeros_like(data.batch["response_mask"], dtype=torch.long)
+    metrics = ray_trainer.compute_data_metrics(data, use_critic=False)
+    assert "critic/advantages/mean" in metrics
+    assert {k: metrics[k] for k in data.meta_info["dara_metrics"]} == data.meta_info["dara_metrics"]
+
+
 @pytest.mark.parametrize("options,weights,expected", [
     ({}, None, dict(method="dara")),
     ({"calibration": "symmetric", "max_weight": 2.0}, None,

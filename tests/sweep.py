@@ -173,3 +173,46 @@ def no_signal_sweep(backend: str, device: str = "cpu", n: int = 64) -> int:
                                    device, f"{method} no_signal={rule} {name}")
                 runs += 1
     return runs
+
+
+def gate_rewards(gen: torch.Generator, n: int) -> torch.Tensor:
+    """K = 4: correctness (0/1), a format reward (0/1), a graded length reward
+    (-2 to 2) and a graded gate with negative, zero and positive values; about
+    one entry in eight missing in every column but the format one, so that
+    gates and gated entries are missing, alone and together."""
+    correct = (torch.rand(n, generator=gen) < 0.5).double()
+    fmt = (torch.rand(n, generator=gen) < 0.3).double()
+    length = torch.randint(-2, 3, (n,), generator=gen).double()
+    graded = torch.tensor([-1.0, 0.0, 0.5, 2.0], dtype=torch.float64)[torch.randint(0, 4, (n,), generator=gen)]
+    rewards = torch.stack([correct, fmt, length, graded], 1)
+    for column in (0, 2, 3):
+        rewards[torch.rand(n, generator=gen) < 0.125, column] = float("nan")
+    return rewards
+
+
+# Length counts only where correct (by name); format only where the graded
+# gate is positive and length only where correct (by column index).
+GATES = [dict(reward_gates={"length": "correct"}, reward_names=["correct", "format", "length", "graded"]),
+         dict(reward_gates={1: 3, 2: 0})]
+
+
+def gate_sweep(backend: str, device: str = "cpu", n: int = 48) -> int:
+    """Every method with reward gates (docs/spec.md#reward-gates): a binary
+    gate by name with gates and gated entries missing, fixed groups and
+    response normalisation; a graded gate and a binary one by index under
+    nan_policy="zero" (a missing gate counts as 0, so it fails), shuffled
+    groups and token normalisation."""
+    runs = 0
+    for seed, method in enumerate(dk.METHODS):
+        gen = torch.Generator().manual_seed(700 + seed)
+        rewards = gate_rewards(gen, n).float()
+        lengths = torch.randint(1, 30, (n,), generator=gen)
+        fixed, shuffled = _layouts(gen, n, 4)
+        by_token = {"batch_norm": "token", "response_lengths": lengths}
+        for (name, layout), extra, gates, policy in ((fixed, {}, GATES[0], "ignore"),
+                                                    (shuffled, by_token, GATES[1], "zero")):
+            options = dict(method=method, nan_policy=policy, **gates)
+            _against_reference(backend, rewards, {**layout, **extra}, options, device,
+                               f"{method} {gates['reward_gates']} {policy} {name}")
+            runs += 1
+    return runs

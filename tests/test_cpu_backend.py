@@ -10,6 +10,7 @@ from tests.sweep import (
     KS,
     LAYOUTS,
     calibration_sweep,
+    gate_sweep,
     no_signal_sweep,
     offset_sweep,
     soft_minimum_sweep,
@@ -280,3 +281,8 @@ def test_token_outputs_are_reused_only_once_freed_and_within_the_bound():
         dk.set_token_cache_bytes(previous)
     with pytest.raises(ValueError, match="max_bytes"):
         dk.set_token_cache_bytes(-1)
+
+
+def test_reward_gates():
+    """Each method with a binary and a graded gate, missing gates and gated entries (tests/sweep.py)."""
+    assert gate_sweep("cpu") > 0

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/finalize.h"
 #include "core/wire.h"
 
 namespace dara {
@@ -62,6 +63,23 @@ inline AdvantageResult empty_outputs(int64_t n, int64_t K, std::optional<int64_t
     }
   }
   return r;
+}
+
+// Where finalize writes its outputs; combine and shift_scale are the affine map apply reads.
+inline FinalizeOutputs finalize_outputs(AdvantageResult& r, double* combine, double* shift_scale) {
+  return {r.density.data_ptr<float>(),
+          r.weights.data_ptr<float>(),
+          r.energy.data_ptr<float>(),
+          r.weighted_energy.data_ptr<float>(),
+          r.active_groups.data_ptr<int64_t>(),
+          r.num_groups.data_ptr<int64_t>(),
+          r.informative_groups.data_ptr<int64_t>(),
+          r.sum_informative_groups.data_ptr<int64_t>(),
+          r.conflict_groups.data_ptr<int64_t>(),
+          r.batch_mean.data_ptr<float>(),
+          r.batch_std.data_ptr<float>(),
+          combine,
+          shift_scale};
 }
 
 template <size_t... I>

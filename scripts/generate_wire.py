@@ -204,14 +204,13 @@ def cpp_header() -> str:
     lines += ["// The outputs by name; a binding fills one and output_at() reads it in schema order.",
               "template <typename T>", "struct OutputsOf {"]
     lines += [f"  T {name};" for name, _, _ in wire.OUTPUT_FIELDS]
-    lines += ["};", ""]
-    for const in ("const ", ""):
-        lines += ["template <typename T>", f"{const}T& output_at({const}OutputsOf<T>& o, int field) {{",
-                  "  switch (field) {"]
-        for name, _, _ in wire.OUTPUT_FIELDS[:-1]:
-            lines += [f"    case kOut{_camel(name)}:", f"      return o.{name};"]
-        last = wire.OUTPUT_FIELDS[-1][0]
-        lines += ["    default:", f"      return o.{last};", "  }", "}", ""]
+    lines += ["};", "", "template <typename T>", "T& output_at(OutputsOf<T>& o, int field) {", "  switch (field) {"]
+    for name, _, _ in wire.OUTPUT_FIELDS[:-1]:
+        lines += [f"    case kOut{_camel(name)}:", f"      return o.{name};"]
+    last = wire.OUTPUT_FIELDS[-1][0]
+    lines += ["    default:", f"      return o.{last};", "  }", "}", "",
+              "template <typename T>", "const T& output_at(const OutputsOf<T>& o, int field) {",
+              "  return output_at(const_cast<OutputsOf<T>&>(o), field);", "}", ""]
     lines += _cpp_extents_and_types()
     lines += _cpp_group_table()
     returns = [f"Tensor {name}" for name, _, _ in wire.OUTPUT_FIELDS]

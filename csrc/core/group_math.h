@@ -63,13 +63,24 @@ DARA_HD Real gated_reward(Real r, Real gate) {
 }
 
 // One row's K rewards as loaded, gated in place: each gate reads its column
-// as loaded, since no gate is itself gated (wire.GATE_PAIRS).
+// as loaded, since no gate is itself gated (wire.GATE_PAIRS). For a
+// compile-time K the gate column is selected, not indexed, so that the row
+// stays in registers on the GPU (an array indexed by a runtime value lives
+// in local memory).
 template <int KT, typename Real>
 DARA_HD void gate_row(Real* r, int K, const Options& o) {
   if (!o.gated) return;
   if constexpr (KT > 0) K = KT;
   for (int k = 0; k < K; ++k) {
-    if (o.gate[k] != kNoGate) r[k] = gated_reward(r[k], r[o.gate[k]]);
+    const int a = o.gate[k];
+    if (a == kNoGate) continue;
+    Real gate = r[0];
+    if constexpr (KT > 0) {
+      for (int c = 1; c < KT; ++c) gate = a == c ? r[c] : gate;
+    } else {
+      gate = r[a];
+    }
+    r[k] = gated_reward(r[k], gate);
   }
 }
 

@@ -216,7 +216,7 @@ struct OutputsOf {
 };
 
 template <typename T>
-const T& output_at(const OutputsOf<T>& o, int field) {
+T& output_at(OutputsOf<T>& o, int field) {
   switch (field) {
     case kOutAdvantages:
       return o.advantages;
@@ -256,43 +256,8 @@ const T& output_at(const OutputsOf<T>& o, int field) {
 }
 
 template <typename T>
-T& output_at(OutputsOf<T>& o, int field) {
-  switch (field) {
-    case kOutAdvantages:
-      return o.advantages;
-    case kOutTokenAdvantages:
-      return o.token_advantages;
-    case kOutDensity:
-      return o.density;
-    case kOutWeights:
-      return o.weights;
-    case kOutEnergy:
-      return o.energy;
-    case kOutWeightedEnergy:
-      return o.weighted_energy;
-    case kOutActiveGroups:
-      return o.active_groups;
-    case kOutNumGroups:
-      return o.num_groups;
-    case kOutBatchMean:
-      return o.batch_mean;
-    case kOutBatchStd:
-      return o.batch_std;
-    case kOutKeep:
-      return o.keep;
-    case kOutQueryScale:
-      return o.query_scale;
-    case kOutInformative:
-      return o.informative;
-    case kOutSumInformative:
-      return o.sum_informative;
-    case kOutInformativeGroups:
-      return o.informative_groups;
-    case kOutSumInformativeGroups:
-      return o.sum_informative_groups;
-    default:
-      return o.conflict_groups;
-  }
+const T& output_at(const OutputsOf<T>& o, int field) {
+  return output_at(const_cast<OutputsOf<T>&>(o), field);
 }
 
 // Each output's shape (N rows; the mask's [N, T], [0] without one; K; a scalar) and element type.

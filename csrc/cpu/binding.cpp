@@ -134,19 +134,7 @@ OutputTuple fused_advantage_cpu(const at::Tensor& rewards, const OptTensor& grou
                           ext.defined() ? ext.const_data_ptr<double>() : local_ext.data(),
                           p.base.const_data_ptr<double>(),
                           bounds.defined() ? bounds.const_data_ptr<double>() : nullptr};
-  const FinalizeOutputs fin{r.density.data_ptr<float>(),
-                            r.weights.data_ptr<float>(),
-                            r.energy.data_ptr<float>(),
-                            r.weighted_energy.data_ptr<float>(),
-                            r.active_groups.data_ptr<int64_t>(),
-                            r.num_groups.data_ptr<int64_t>(),
-                            r.informative_groups.data_ptr<int64_t>(),
-                            r.sum_informative_groups.data_ptr<int64_t>(),
-                            r.conflict_groups.data_ptr<int64_t>(),
-                            r.batch_mean.data_ptr<float>(),
-                            r.batch_std.data_ptr<float>(),
-                            combine.data(),
-                            shift_scale.data()};
+  const FinalizeOutputs fin = finalize_outputs(r, combine.data(), shift_scale.data());
   finalize(p.options, p.L, in, fin, scratch.data());
 
   const CpuApplyOutputs out{r.advantages.data_ptr<float>(), r.keep.data_ptr<bool>(), r.query_scale.data_ptr<float>(),

@@ -167,19 +167,7 @@ OutputTuple fused_advantage_cuda(const at::Tensor& rewards, const OptTensor& gro
   if (given_acc.defined()) l.reduction.given_accumulators = given_acc.data_ptr<double>();
   if (given_ext.defined()) l.reduction.given_extrema = given_ext.data_ptr<double>();
   l.reduction.finalize = true;
-  const cuda::Results results{r.density.data_ptr<float>(),
-                              r.weights.data_ptr<float>(),
-                              r.energy.data_ptr<float>(),
-                              r.weighted_energy.data_ptr<float>(),
-                              r.active_groups.data_ptr<int64_t>(),
-                              r.num_groups.data_ptr<int64_t>(),
-                              r.informative_groups.data_ptr<int64_t>(),
-                              r.sum_informative_groups.data_ptr<int64_t>(),
-                              r.conflict_groups.data_ptr<int64_t>(),
-                              r.batch_mean.data_ptr<float>(),
-                              r.batch_std.data_ptr<float>(),
-                              affine.data_ptr<double>(),
-                              affine.data_ptr<double>() + p.problem.C};
+  const cuda::Results results = finalize_outputs(r, affine.data_ptr<double>(), affine.data_ptr<double>() + p.problem.C);
   check(cuda::launch_accumulate(p.problem, l.table.table, l.reduction, results, l.blocks, stream));
 
   const cuda::CudaApplyOutputs out{r.advantages.data_ptr<float>(),

@@ -25,7 +25,8 @@ from . import wire
 
 @triton.jit
 def gate_lanes(options, kr):
-    """Each lane's gate column (options.gate, by reward), wire.NO_GATE for none."""
+    """Each lane's gate column (options.gate, by reward), wire.NO_GATE for
+    none: every lane's without options.gated. Taken once per kernel."""
     gate = kr * 0 + wire.NO_GATE
     for i in tl.static_range(wire.MAX_REWARDS):
         gate = tl.where(kr == i, options.gate[i], gate)
@@ -33,21 +34,21 @@ def gate_lanes(options, kr):
 
 
 @triton.jit
-def gated_rewards(x, gate):
+def gated_rewards(x, passes, gate_missing):
     """docs/spec.md#reward-gates, as csrc/core/group_math.h's gated_reward: x
     where the gate passes (> 0); a failing gate makes a present entry 0, a
     missing gate (NaN) makes it missing; a missing entry stays missing and an
     infinite one infinite."""
-    infinite = (x == x) & (x - x != 0.0)
-    return tl.where((gate > 0.0) | infinite, x, tl.where(gate == gate, x - x, gate))
+    keep = passes | (tl.abs(x) == float("inf"))
+    return tl.where(keep, x, tl.where(gate_missing | (x != x), float("nan"), 0.0))
 
 
 @triton.jit
-def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, options,
+def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, options,
               HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr):
     """[BLOCK_R, BLOCK_K] rewards of sorted positions r0.. as float64 (reward
-    kr in each lane), gated (options.gate), the valid-entry mask, the rows'
-    indices and the in-group row mask."""
+    kr in each lane), gated (`gate`: each lane's gate column, gate_lanes),
+    the valid-entry mask, the rows' indices and the in-group row mask."""
     rr = r0 + tl.arange(0, BLOCK_R)
     rmask = rr < end
     if HAS_INDEX:
@@ -55,12 +56,13 @@ def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, options,
     else:
         idx = rr.to(tl.int64)
     m2 = rmask[:, None] & kmask[None, :]
-    x = tl.load(rewards_ptr + idx[:, None] * K + kr[None, :], mask=m2, other=float("nan")).to(tl.float64)
-    if options.gated != 0:
-        gate = gate_lanes(options, kr)
-        gated = m2 & (gate != wire.NO_GATE)[None, :]
-        g = tl.load(rewards_ptr + idx[:, None] * K + gate[None, :], mask=gated, other=1.0).to(tl.float64)
-        x = tl.where(gated, gated_rewards(x, g), x)
+    row = rewards_ptr + idx * K
+    x = tl.load(row[:, None] + kr[None, :], mask=m2, other=float("nan")).to(tl.float64)
+    # The gate column, read in the rewards' own type and kept only as two flags; no lane has a gate
+    # without options.gated, so nothing is read then (a branch on it made the 4-lane accumulate spill).
+    gated = m2 & (gate != wire.NO_GATE)[None, :]
+    g = tl.load(row[:, None] + gate[None, :], mask=gated, other=1.0)
+    x = tl.where(gated, gated_rewards(x, g > 0.0, g != g), x)
     x = tl.where(m2 & (x != x) & (options.nan_to_zero != 0), 0.0, x)
     valid = m2 & (x == x)
     return x, valid, idx, rmask

@@ -190,29 +190,27 @@ def gate_rewards(gen: torch.Generator, n: int) -> torch.Tensor:
     return rewards
 
 
-# Length counts only where correct (by name); format only where the graded
-# gate is positive and length only where correct (by column index).
-GATES = [dict(reward_gates={"length": "correct"}, reward_names=["correct", "format", "length", "graded"]),
-         dict(reward_gates={1: 3, 2: 0})]
+# Length counts only where correct, format only where the graded gate is
+# positive: by name, and by column index.
+NAMES = ["correct", "format", "length", "graded"]
+GATES = [dict(reward_gates={"length": "correct", "format": "graded"}, reward_names=NAMES),
+         dict(reward_gates={2: 0, 1: 3})]
 
 
 def gate_sweep(backend: str, device: str = "cpu", n: int = 48) -> int:
     """Every method with reward gates (docs/spec.md#reward-gates): a binary
-    gate by name with gates and gated entries missing, fixed groups and
-    response normalisation; a graded gate and a binary one by index under
-    nan_policy="zero" (a missing gate counts as 0, so it fails), shuffled
-    groups and token normalisation."""
+    and a graded gate, gates and gated entries missing; by turns, gates by
+    name with fixed groups, response normalisation and nan_policy="ignore",
+    and by index with shuffled groups, token normalisation and "zero" (a
+    missing gate counts as 0, so it fails)."""
     runs = 0
     for seed, method in enumerate(dk.METHODS):
         gen = torch.Generator().manual_seed(700 + seed)
         rewards = gate_rewards(gen, n).float()
         lengths = torch.randint(1, 30, (n,), generator=gen)
-        fixed, shuffled = _layouts(gen, n, 4)
         by_token = {"batch_norm": "token", "response_lengths": lengths}
-        for (name, layout), extra, gates, policy in ((fixed, {}, GATES[0], "ignore"),
-                                                    (shuffled, by_token, GATES[1], "zero")):
-            options = dict(method=method, nan_policy=policy, **gates)
-            _against_reference(backend, rewards, {**layout, **extra}, options, device,
-                               f"{method} {gates['reward_gates']} {policy} {name}")
-            runs += 1
+        (name, layout), extra = _layouts(gen, n, 4)[seed % 2], ({}, by_token)[seed % 2]
+        options = dict(method=method, nan_policy=("ignore", "zero")[seed % 2], **GATES[seed % 2])
+        _against_reference(backend, rewards, {**layout, **extra}, options, device, f"{method} {options} {name}")
+        runs += 1
     return runs

@@ -41,20 +41,24 @@ def accumulate_kernel(
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
     base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
-    gate = gate_lanes(options, kr)
+    gate = gate_lanes(options, kr, positive)
     zero_k = tl.zeros([BLOCK_K], dtype=tl.float64)
     zero = tl.full((), 0.0, tl.float64)
-    groups = zero
-    informative_groups = zero
-    sum_informative_groups = zero
-    conflict_groups = zero
-    rows = zero
+    # Counts are kept in int32, a register each rather than a double's two: the 8-lane
+    # accumulate sat at its register cap.
+    none_k = tl.zeros([BLOCK_K], dtype=tl.int32)
+    none = tl.full((), 0, tl.int32)
+    groups = none
+    informative_groups = none
+    sum_informative_groups = none
+    conflict_groups = none
+    rows = none
     token_total = zero
-    infinite_v = zero_k
-    missing_v = zero_k
-    active_v = zero_k
+    infinite_v = none_k
+    missing_v = none_k
+    active_v = none_k
     energy_v = zero_k
-    count_v = zero_k
+    count_v = none_k
     sum_sq_v = zero_k
     raw_sum_v = zero_k
     weight_v = zero_k
@@ -80,7 +84,7 @@ def accumulate_kernel(
             xv = tl.where(valid, x, 0.0)
             count += tl.sum(valid.to(tl.float64), 0)
             total += tl.sum(xv, 0)
-            infinite_v += tl.sum((valid & (tl.abs(x) == float("inf"))).to(tl.float64), 0)
+            infinite_v += tl.sum((valid & (tl.abs(x) == float("inf"))).to(tl.int32), 0)
             # The weighted summed reward (GRPO's column, every method's signal test).
             scorable = tl.sum(valid.to(tl.int32), 1) > 0
             sum_count += tl.sum(scorable.to(tl.float64), 0)
@@ -90,7 +94,7 @@ def accumulate_kernel(
                 max_v = tl.maximum(max_v, tl.max(tl.where(valid, x, float("-inf")), 0))
                 max_negated_v = tl.maximum(max_negated_v, tl.max(tl.where(valid, -x, float("-inf")), 0))
         # Entries that do not count (NaN, unless scored as 0).
-        missing_v += tl.where(kmask, size - count, 0.0)
+        missing_v += tl.where(kmask, size - count, 0.0).to(tl.int32)
         mean = total / tl.maximum(count, 1.0)
         sum_mean = sum_total / tl.maximum(sum_count, 1.0)
         dev = zero_k
@@ -108,8 +112,8 @@ def accumulate_kernel(
         scale = scale64.to(tl.float32)
         tl.store(table.mean + g * K + kr, mean, mask=kmask)
         tl.store(table.scale + g * K + kr, scale64, mask=kmask)
-        active_v += active.to(tl.float64)
-        count_v += count
+        active_v += active.to(tl.int32)
+        count_v += count.to(tl.int32)
         raw_sum_v += total
         weight = no_weight
         if group_weighted:
@@ -128,11 +132,11 @@ def accumulate_kernel(
             tl.store(table.sum_scale + g, sum_scale64)
         signal = group_signal(tl.sum(active.to(tl.int32), 0) > 0, sum_active, options)
         tl.store(table.signal + g, signal.to(tl.uint8))
-        informative_groups += ((signal & ANY_ACTIVE) != 0).to(tl.float64)
-        sum_informative_groups += ((signal & SUM_ACTIVE) != 0).to(tl.float64)
-        conflict_groups += ((signal & (ANY_ACTIVE | SUM_ACTIVE)) == ANY_ACTIVE).to(tl.float64)
+        informative_groups += ((signal & ANY_ACTIVE) != 0).to(tl.int32)
+        sum_informative_groups += ((signal & SUM_ACTIVE) != 0).to(tl.int32)
+        conflict_groups += ((signal & (ANY_ACTIVE | SUM_ACTIVE)) == ANY_ACTIVE).to(tl.int32)
         counted = (signal & ZEROED) == 0
-        groups += 1.0
+        groups += 1
         kept = size.to(tl.float32)
         for r0 in range(begin, end, BLOCK_R):
             x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, options,
@@ -147,7 +151,7 @@ def accumulate_kernel(
             # variance as a difference of these sums, which cancels when the
             # batch has little spread (in float: 5.6e-4 of batch_std where it is 0).
             col = tl.where(selected[:, None], col, 0.0).to(tl.float64)
-            rows += tl.sum(selected.to(tl.float32), 0).to(tl.float64)
+            rows += tl.sum(selected.to(tl.int32), 0)
             signal_v += tl.sum(col, 0)
             outer = col[:, :, None] * col[:, None, :]
             cross_m += tl.sum(outer, 0)
@@ -170,9 +174,9 @@ def accumulate_kernel(
     tl.store(out + wire.informative_groups_at(K, C) + kk, informative_groups + zero_k, mask=first)
     tl.store(out + wire.sum_informative_groups_at(K, C) + kk, sum_informative_groups + zero_k, mask=first)
     tl.store(out + wire.conflict_groups_at(K, C) + kk, conflict_groups + zero_k, mask=first)
-    tl.store(out + wire.active_at(K, C) + kr, active_v, mask=kmask)
+    tl.store(out + wire.active_at(K, C) + kr, active_v.to(tl.float64), mask=kmask)
     tl.store(out + wire.energy_at(K, C) + kr, energy_v, mask=kmask)
-    tl.store(out + wire.raw_count_at(K, C) + kr, count_v, mask=kmask)
+    tl.store(out + wire.raw_count_at(K, C) + kr, count_v.to(tl.float64), mask=kmask)
     tl.store(out + wire.raw_sum_at(K, C) + kr, raw_sum_v, mask=kmask)
     tl.store(out + wire.raw_sum_sq_at(K, C) + kr, sum_sq_v, mask=kmask)
     tl.store(out + wire.group_weight_at(K, C) + kr, weight_v, mask=kmask)

@@ -26,7 +26,7 @@ def apply_kernel(
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
     base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
-    gate = gate_lanes(options, kr)
+    gate = gate_lanes(options, kr, positive)
     combine = tl.load(affine_ptr + kk, mask=kk < C, other=0.0).to(tl.float32)
     shift = tl.load(affine_ptr + C).to(tl.float32)
     batch_scale = tl.load(affine_ptr + C + 1).to(tl.float32)

@@ -24,12 +24,12 @@ from . import wire
 
 
 @triton.jit
-def gate_lanes(options, kr):
+def gate_lanes(options, kr, positive):
     """Each lane's gate column (options.gate, by reward), wire.NO_GATE for
     none: every lane's without options.gated. Taken once per kernel."""
     gate = kr * 0 + wire.NO_GATE
     for i in tl.static_range(wire.MAX_REWARDS):
-        gate = tl.where(kr == i, options.gate[i], gate)
+        gate = tl.where((kr == i) & (options.gate[i] != wire.NO_GATE), options.gate[i] + positive, gate)
     return gate
 
 
@@ -56,12 +56,11 @@ def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, options,
     else:
         idx = rr.to(tl.int64)
     m2 = rmask[:, None] & kmask[None, :]
-    row = rewards_ptr + idx * K
-    x = tl.load(row[:, None] + kr[None, :], mask=m2, other=float("nan")).to(tl.float64)
+    x = tl.load(rewards_ptr + idx[:, None] * K + kr[None, :], mask=m2, other=float("nan")).to(tl.float64)
     # The gate column, read in the rewards' own type and kept only as two flags; no lane has a gate
     # without options.gated, so nothing is read then (a branch on it made the 4-lane accumulate spill).
     gated = m2 & (gate != wire.NO_GATE)[None, :]
-    g = tl.load(row[:, None] + gate[None, :], mask=gated, other=1.0)
+    g = tl.gather(x, tl.broadcast_to(tl.maximum(gate, 0)[None, :], x.shape), 1)
     x = tl.where(gated, gated_rewards(x, g > 0.0, g != g), x)
     x = tl.where(m2 & (x != x) & (options.nan_to_zero != 0), 0.0, x)
     valid = m2 & (x == x)

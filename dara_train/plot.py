@@ -84,7 +84,7 @@ def subplots(rows: int, columns: int, width: float, height: float):
     keeps it once the caller drops it, and it needs no display."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width * columns, height * rows))
+    fig = Figure(figsize=(width * columns, height * rows), layout="constrained")
     return fig, fig.subplots(rows, columns, squeeze=False)
 
 
@@ -112,12 +112,13 @@ def run_figure(records: list[dict]):
                 ax.plot(steps, trailing_mean(series, SHARE_WINDOW), color=line.get_color(), label=name)
             else:
                 ax.plot(steps, series, marker=".", ms=3, label=name)
-        ax.set(title=f"{title} (points; line: {SHARE_WINDOW}-step mean)" if smoothed else title, xlabel="step")
+        if smoothed:
+            title = f"{title}\n(points: each step; line: {SHARE_WINDOW}-step mean)"
+        ax.set(title=title, xlabel="step")
         ax.grid(alpha=0.3)
     axes[0].legend()
     if sampling:
         plot_sampling(axes[-1], records)
-    fig.tight_layout()
     return fig
 
 
@@ -177,7 +178,6 @@ def runs_figure(runs: dict[str, list[list[dict]]], title: str):
                 ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 

@@ -9,7 +9,14 @@ pytest.importorskip("matplotlib")
 pytest.importorskip("yaml")
 from dara_train.cli import main  # noqa: E402
 from dara_train.metrics import MetricsLog  # noqa: E402
-from dara_train.plot import reward_names, run_figure, runs_figure, training_records  # noqa: E402
+from dara_train.plot import (  # noqa: E402
+    find_runs,
+    reward_names,
+    run_figure,
+    run_labels,
+    runs_figure,
+    training_records,
+)
 
 INACTIVE_STEP = 3   # `format` is active in no group at this step: the op reports its cap, 5, and applies nothing
 
@@ -88,16 +95,14 @@ def test_several_runs_draw_the_median_and_interquartile_band(tmp_path):
     assert math.isnan(ydata(panel(fig, "format: applied weight"), "method=dara (n=4)")[INACTIVE_STEP - 1])
 
 
-def test_labels_name_what_differs_between_runs(tmp_path, capsys):
+def test_labels_name_what_differs_between_runs(tmp_path):
     write_run(tmp_path / "a", [step_record(1)], method="dara")
     write_run(tmp_path / "b", [step_record(1)], method="gdpo", seed=1)
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
         main(["plot", str(tmp_path / "a"), str(tmp_path / "missing")])
-    main(["plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "both.png")])
-    assert capsys.readouterr().out.strip() == str(tmp_path / "both.png")
-    from dara_train.plot import run_labels
-
-    assert run_labels([tmp_path / "a", tmp_path / "b"]) == ["method=dara", "method=gdpo"]
+    runs = find_runs([tmp_path / "a", tmp_path / "b"])
+    assert runs == [tmp_path / "a", tmp_path / "b"] == find_runs([tmp_path])
+    assert run_labels(runs) == ["method=dara", "method=gdpo"]
 
 
 def test_progress_is_one_plain_line_every_five_percent_off_a_terminal(tmp_path, capsys):

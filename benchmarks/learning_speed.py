@@ -57,7 +57,7 @@ CANDIDATES_PER_ACCEPTED = 1.5
 DEFAULT_STATIC_WEIGHTS = {"toy": "1,5,1", "toy-paper": "1,5,1", "toy-shift": "1,5,1", "toy-gated-length": "1,1,5"}
 # Paired comparisons: each reference method against these (None: every other method at the same group size).
 PAIRED = {"dara": None, "dara-sym": ("gdpo", "static-sym")}
-KEPT = ("reward/", "density/", "weight/", "eval/", "sampling/")
+KEPT = ("reward/", "density/", "weight/", "weighted_energy/", "eval/", "sampling/")
 
 
 def advantage_overrides(name: str, static_weights: str, prompts: int) -> list[str]:
@@ -528,39 +528,15 @@ def print_stability(data: dict, default_responses: int) -> None:
 
 
 def plot(data: dict, path: Path) -> Path:
-    """Mean +- one standard deviation over seeds, per method: each reward's
-    training mean, active-group density and weight (the paper's Fig. 3/5 view)."""
-    import matplotlib
+    """`dara-train plot`'s picture of several runs: per method, each reward's training mean, density,
+    applied weight (and energy share, where the runs kept it) as median and interquartile band over seeds."""
+    from dara_train.plot import plot_runs, training_records
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    rewards = data["runs"][0]["rewards"]
-    methods = list(dict.fromkeys(r["method"] for r in data["runs"]))
-    rows = (("reward/{}/mean", "reward"), ("density/{}", "active-group density"), ("weight/{}", "weight"))
-    fig, axes = plt.subplots(len(rows), len(rewards), figsize=(4.5 * len(rewards), 9), squeeze=False)
-    for method in methods:
-        runs = [r for r in data["runs"] if r["method"] == method]
-        for i, (key, title) in enumerate(rows):
-            for j, name in enumerate(rewards):
-                series = [[rec.get(key.format(name)) for rec in r["records"] if "step" in rec
-                           and any(k.startswith("reward/") for k in rec)] for r in runs]
-                length = min(len(s) for s in series)
-                values = np.array([[np.nan if v is None else v for v in s[:length]] for s in series], float)
-                mean, spread = np.nanmean(values, 0), np.nanstd(values, 0)
-                steps = np.arange(1, length + 1)
-                ax = axes[i][j]
-                line, = ax.plot(steps, mean, label=f"{method} (n={len(runs)})", lw=1.2)
-                ax.fill_between(steps, mean - spread, mean + spread, color=line.get_color(), alpha=0.15)
-                ax.set(title=f"{name}: {title}", xlabel="step")
-                ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{data['preset']}: mean +- std over seeds")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    return path
+    runs = {}
+    for run in data["runs"]:
+        runs.setdefault(run["method"], []).append(
+            training_records(run["records"], f"{run['method']} seed {run['seed']}"))
+    return plot_runs(runs, path, f"{data['preset']}: median and interquartile range over seeds")
 
 
 def main(argv=None) -> None:
@@ -582,7 +558,8 @@ def main(argv=None) -> None:
     parser.add_argument("--json", help="results file (default benchmarks/results/learning-<preset>.json)")
     parser.add_argument("--stability", action="store_true", help="also print the format drops, generation cost "
                         "and dynamic-sampling counts per method, and the paired area endpoint (LEARNING.md)")
-    parser.add_argument("--plot", metavar="PNG", help="write a PNG of mean +- std curves per method to this path")
+    parser.add_argument("--plot", metavar="PNG", help="write a PNG of median and interquartile curves per method to "
+                        "this path")
     parser.add_argument("--run", action="store_true", help="train the runs the results file lacks (or holds with "
                         "other overrides) and write them to it; without it the file is only read")
     args = parser.parse_args(argv)

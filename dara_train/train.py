@@ -17,7 +17,7 @@ import dara_kernels as dk
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig, to_dict
 from .distributed import all_max, all_sum, full_state_dict, init_distributed, shard_policy
-from .metrics import MetricsLog, read_metrics
+from .metrics import MetricsLog, applied_weight, read_metrics
 from .model import build_policy
 from .plot import plot_run
 from .ppo import TrainBatch, ppo_loss, token_logprobs
@@ -99,7 +99,9 @@ def reward_metrics(names, rewards: torch.Tensor, out) -> dict:
         record[f"reward/{name}/mean"] = (sums[i] / sums[k + i]).item() if sums[k + i] > 0 else float("nan")
         record[f"density/{name}"] = out.density[i].item()
         record[f"weight/{name}"] = out.weights[i].item()
+        record[f"applied_weight/{name}"] = applied_weight(out.density[i].item(), out.weights[i].item())
         record[f"energy/{name}"] = out.energy[i].item()
+        record[f"weighted_energy/{name}"] = out.weighted_energy[i].item()
     return record
 
 

@@ -127,7 +127,8 @@ def test_smoke_run_two_seeds_few_steps_then_resume_then_read(tmp_path):
     for run in runs:
         steps = [r["step"] for r in run["records"] if "reward/format/mean" in r]
         assert steps == list(range(1, 11))
-        assert {"density/format", "weight/format", "eval/correct"} <= set().union(*run["records"])
+        assert {"density/format", "weight/format", "weighted_energy/format", "eval/correct"} <= set().union(
+            *run["records"])
         if run["method"] == "static-asym":   # the options reached the op: its fixed weights are logged
             assert {r["weight/format"] for r in run["records"] if "weight/format" in r} == {5.0}
     for row in ("| dara | 2 |", "| static-asym | 2 |", "| dara vs static-asym | "):

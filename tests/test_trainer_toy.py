@@ -17,6 +17,10 @@ def test_toy_run_metrics_and_learning(tmp_path):
     out = tmp_path / "toy"
     result = run_train("--preset", "toy", "--steps", "40", "--output-dir", str(out), "--set", "eval_every=20")
     assert "held-out eval" in result.stdout and "steps until" in result.stdout
+    # The default run warns about nothing (transformers' ['top_k'] on every greedy evaluation was one), and its
+    # progress, written to a pipe, is plain lines rather than one line of carriage returns.
+    assert not [line for line in result.stderr.splitlines() if "warn" in line.lower()], result.stderr
+    assert "\r" not in result.stderr and "100% step 40/40" in result.stderr
     assert (out / "curves.png").stat().st_size > 1000
     records = read_metrics(out)
     steps = [r for r in records if "time/update" in r]
@@ -25,10 +29,15 @@ def test_toy_run_metrics_and_learning(tmp_path):
         for key in REQUIRED:
             assert key in r, key
         for name in REWARDS:
-            for key in (f"reward/{name}/mean", f"density/{name}", f"weight/{name}", f"energy/{name}"):
+            for key in (f"reward/{name}/mean", f"density/{name}", f"weight/{name}", f"applied_weight/{name}",
+                        f"energy/{name}", f"weighted_energy/{name}"):
                 assert key in r, key
             assert 0.0 <= r[f"density/{name}"] <= 1.0
             assert math.isfinite(r[f"weight/{name}"])
+            # Nothing is applied to a reward active in no group, whatever weight the op reports for it.
+            assert r[f"applied_weight/{name}"] == (r[f"weight/{name}"] if r[f"density/{name}"] > 0 else None)
+            assert (r[f"weighted_energy/{name}"] > 0) == (r[f"density/{name}"] > 0)
+    assert any(r[f"applied_weight/{name}"] is None for r in steps for name in REWARDS), "no inactive step to check"
     evals = [r for r in records if "eval/format" in r]
     assert [r["step"] for r in evals] == [0, 20, 40]
     start = sum(r["reward/format/mean"] for r in steps[:5]) / 5

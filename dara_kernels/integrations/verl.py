@@ -26,6 +26,8 @@ from . import patching
 from .core import ESTIMATORS as ESTIMATOR_NAMES
 from .core import Run, advantages, diagnostics, estimator_run, with_extra_metrics
 from .groups import group_ids
+from .verl_dapo import SIGNAL_METRICS, sampling_metrics
+from .verl_dapo import patches as filter_patches
 
 _BATCH: contextvars.ContextVar = contextvars.ContextVar("dara_verl_batch", default=None)
 _V1_STEP: contextvars.ContextVar = contextvars.ContextVar("dara_verl_v1_step", default=None)
@@ -50,8 +52,6 @@ def run_settings(algorithm, estimator: str) -> Run:
 
 def check_at_launch(algorithm) -> Optional[Run]:
     """The run's settings where an estimator or a filter metric of this integration is configured."""
-    from .verl_dapo import SIGNAL_METRICS
-
     filter_groups = algorithm.get("filter_groups", None)
     metric = filter_groups.get("metric", None) if filter_groups and filter_groups.get("enable", False) else None
     if algorithm.adv_estimator not in ESTIMATORS and metric not in SIGNAL_METRICS:
@@ -149,8 +149,6 @@ def _v1_components(batch, keys: list, colocated: bool) -> dict:
 
 def _v1_compute_advantage(original):
     def _compute_advantage(self, batch, metrics):
-        from .verl_dapo import sampling_metrics
-
         padding = np.array([bool(tag.get("is_padding", False)) for tag in batch.tags])
         metrics.update(sampling_metrics(self.replay_buffer, int((~padding).sum())))
         algorithm = self.config.algorithm
@@ -189,11 +187,9 @@ def patches() -> list:
     from verl.trainer.ppo.v1 import utils as v1_utils
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-    from . import verl_dapo
-
     return found + [patching.Patch(v1_utils, "compute_advantage", _dispatcher),
                     patching.Patch(PPOTrainer, "_compute_advantage", _v1_compute_advantage),
-                    *verl_dapo.patches()]
+                    *filter_patches()]
 
 
 def install() -> None:

@@ -152,10 +152,11 @@ def verl_rows(runs: int) -> list[dict]:
         from verl.trainer.config import AlgoConfig
         from verl.trainer.ppo import ray_trainer
 
-        import dara_kernels.integrations.verl  # noqa: F401  (registers gdpo_fused and dara)
+        from dara_kernels.integrations import verl as dara_verl
     except ImportError as err:
         print(f"  verl rows skipped: verl is not importable here ({err})")
         return []
+    dara_verl.install()  # registers gdpo_fused and dara
     data, keys = verl_batch(VERL_PROMPTS, VERL_GROUP, VERL_TOKENS, VERL_K)
     config = AlgoConfig(gdpo_reward_keys=keys)
 

@@ -13,6 +13,7 @@ import torch.distributed as dist
 import yaml
 
 import dara_kernels as dk
+from dara_kernels.integrations.groups import CRITERIA, Sampling
 
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig, to_dict
@@ -22,7 +23,7 @@ from .model import build_policy
 from .plot import plot_run
 from .ppo import TrainBatch, ppo_loss, token_logprobs
 from .rollout import build_engine
-from .sampling import CRITERIA, Group, Sampled, check_sampling, first_round_groups, next_round_groups, round_rng
+from .sampling import Group, Sampled, check_sampling, first_round_groups, next_round_groups, round_rng
 from .summary import format_summary, summarize, thresholds_for
 from .tasks import Response, build_task
 
@@ -194,28 +195,29 @@ class Trainer:
             return Sampled(groups, rewards, None, {"sampling/rounds": 1,
                                                    "sampling/candidate_groups": ro.prompts_per_step})
         target, cap = ro.prompts_per_step, first_round_groups(ro)
-        accepted, rewards, candidates, first, rounds = [], [], 0, None, 0
+        accepted, rewards, first = [], [], None
         counts = dict.fromkeys(SIGNAL_COUNTS, 0)
-        while len(accepted) < target and rounds < ro.max_rounds:
-            size = cap if rounds == 0 else next_round_groups(target - len(accepted), len(accepted), candidates,
-                                                             cap, self.world)
-            groups, round_rewards = self.generate_round(size, rounds, times)
+        sampling = Sampling(self.criterion)
+        while len(accepted) < target and sampling.rounds < ro.max_rounds:
+            size = cap if sampling.rounds == 0 else next_round_groups(
+                target - len(accepted), len(accepted), sampling.candidate_groups, cap, self.world)
+            groups, round_rewards = self.generate_round(size, sampling.rounds, times)
             out = self.advantages(round_rewards, torch.tensor([len(g.token_ids) for grp in groups
                                                                for g in grp.generations]))
             flags = getattr(out, CRITERIA[self.criterion])[::ro.group_size].tolist()
-            accepted += self.gather_groups([grp for grp, keep in zip(groups, flags) if keep])
+            new = self.gather_groups([grp for grp, keep in zip(groups, flags) if keep])
+            accepted += new
             first = out if first is None else first
             rewards.append(round_rewards)
-            candidates += size
-            rounds += 1
+            sampling.add(out, size, len(new), size * ro.group_size)
             for name in counts:
                 counts[name] += int(getattr(out, name))
         kept = accepted[:target]
         # Equal shares keep every rank's update in step; a remainder the ranks cannot share is dropped.
         share = len(kept) // self.world
-        stats = {"sampling/rounds": rounds, "sampling/candidate_groups": candidates,
-                 "sampling/accepted_groups": len(accepted), "sampling/acceptance_rate": len(accepted) / candidates,
-                 **{f"sampling/{name}": count for name, count in counts.items()}}
+        stats = {"sampling/candidate_groups": sampling.candidate_groups, "sampling/accepted_groups": len(accepted),
+                 **{f"sampling/{name}": count for name, count in counts.items()},
+                 **sampling.metrics(share * self.world * ro.group_size, prefix="sampling/")}
         return Sampled(kept[self.rank * share:(self.rank + 1) * share], torch.cat(rewards), first, stats)
 
     def train_step(self) -> dict:
@@ -233,7 +235,9 @@ class Trainer:
             record.update(reward_metrics(cfg.task.rewards, sampled.candidate_rewards, sampled.signal))
             record.update(times)
             if self.rank == 0:
-                print(f"\nstep {self.step}: no informative group in {record['sampling/rounds']} rounds "
+                accepted = record["sampling/accepted_groups"]  # fewer than the ranks, when not 0: none to share
+                why = f"{accepted} accepted groups for {self.world} ranks" if accepted else "no informative group"
+                print(f"\nstep {self.step}: {why} in {record['sampling/rounds']} rounds "
                       f"({record['sampling/candidate_groups']} candidate groups): no policy update",
                       file=sys.stderr, flush=True)
             return record

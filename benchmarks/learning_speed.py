@@ -57,7 +57,7 @@ CANDIDATES_PER_ACCEPTED = 1.5
 DEFAULT_STATIC_WEIGHTS = {"toy": "1,5,1", "toy-paper": "1,5,1", "toy-shift": "1,5,1", "toy-gated-length": "1,1,5"}
 # Paired comparisons: each reference method against these (None: every other method at the same group size).
 PAIRED = {"dara": None, "dara-sym": ("gdpo", "static-sym")}
-KEPT = ("reward/", "density/", "weight/", "eval/", "sampling/")
+KEPT = ("reward/", "density/", "weight/", "eval/", "eval_sampled/", "sampling/")
 
 
 def advantage_overrides(name: str, static_weights: str, prompts: int) -> list[str]:

@@ -83,6 +83,7 @@ class TrainConfig:
     save_every: int = 0                 # 0: only at the end
     eval_every: int = 10
     eval_samples: int = 4               # held-out prompts and responses written to samples.jsonl per evaluation
+    eval_replies: int = 16              # replies sampled per held-out prompt at each evaluation (0: greedy only)
     tensorboard: bool = False
     report: bool = True                 # end with a summary of what was learned and write curves.png
     mixed_precision: bool = True        # bf16 FSDP2 mixed precision on GPU (ignored on CPU)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,12 @@ from .tasks import Response, build_task
 
 def step_seed(seed: int, step: int, rank: int) -> int:
     return (seed * 1_000_003 + step * 10_007 + rank) % (2 ** 31)
+
+
+def eval_seed(seed: int, step: int) -> int:
+    """The sampled evaluation's seed: its own stream, apart from every training step's (step_seed), so an
+    evaluation changes no training rollout."""
+    return random.Random(f"eval:{seed}:{step}").randrange(2 ** 31)
 
 
 def build_batch(prompt_ids, generations, pad_id: int, device) -> tuple[torch.Tensor, ...]:
@@ -274,8 +281,10 @@ class Trainer:
         return record
 
     def evaluate(self) -> dict:
-        """Greedy decoding of the held-out prompts: each reward's mean (accuracy, compliance rates), and the
-        first `eval_samples` of them to samples.jsonl."""
+        """The held-out prompts, decoded greedily (`eval/`) and, with `eval_replies`, sampled that many times
+        each at the training temperature (`eval_sampled/`): each reward's mean (accuracy, compliance rates),
+        the joint rate (every reward satisfied by the same reply) and the counts behind them; the first
+        `eval_samples` greedy replies to samples.jsonl."""
         prompts = self.task.eval_prompts()
         ids = [self.tokenizer.encode_prompt(p.messages) for p in prompts]
         generations = self.engine.generate(ids, 1, self.cfg.rollout.max_new_tokens, 0.0, 1.0, 0)
@@ -287,9 +296,27 @@ class Trainer:
                            "finished": generations[i].finished,
                            "rewards": dict(zip(names, rewards[i].tolist()))}
                           for i in range(min(self.cfg.eval_samples, len(prompts)))])
-        record = {f"eval/{name}": torch.nan_to_num(rewards[:, i], nan=0.0).mean().item()
-                  for i, name in enumerate(names)}
-        record.update(self.task.eval_metrics(prompts, responses))
+        record = self.eval_record("eval", prompts, responses, rewards, len(prompts))
+        if self.cfg.eval_replies:
+            sampled = self.engine.generate(ids, self.cfg.eval_replies, self.cfg.rollout.max_new_tokens,
+                                           self.cfg.rollout.temperature, self.cfg.rollout.top_p,
+                                           eval_seed(self.cfg.seed, self.step))
+            replied = [prompts[g.prompt_index] for g in sampled]
+            replies = to_responses(self.tokenizer, sampled)
+            record.update(self.eval_record("eval_sampled", replied, replies, self.task.score(names, replied, replies),
+                                           len(prompts)))
+        return record
+
+    def eval_record(self, prefix: str, prompts, responses, rewards: torch.Tensor, prompt_count: int) -> dict:
+        """Each reward's mean over the replies (a reply it cannot score counts 0), the share of replies that
+        satisfy every reward (`joint`), the task's own metrics, and the numbers of prompts and replies."""
+        names = self.cfg.task.rewards
+        scores = torch.nan_to_num(rewards, nan=0.0)
+        satisfied = scores >= torch.tensor([self.task.full_mark(name) for name in names])
+        record = {f"{prefix}/{name}": scores[:, i].mean().item() for i, name in enumerate(names)}
+        record[f"{prefix}/joint"] = satisfied.all(1).float().mean().item()
+        record.update({f"{prefix}/{k}": v for k, v in self.task.eval_metrics(prompts, responses).items()})
+        record.update({f"{prefix}/prompts": prompt_count, f"{prefix}/replies": len(responses)})
         return record
 
     def run(self) -> None:

@@ -39,6 +39,12 @@ LENGTH_SHAPES = ("ungated", "gated")
 
 class Task:
     rewards: dict[str, RewardFn]
+    # The value at which a reward counts as satisfied in the joint rate (1 for a binary reward; a task
+    # names its other rewards' full marks).
+    full_marks: dict[str, float] = {}
+
+    def full_mark(self, name: str) -> float:
+        return self.full_marks.get(name, 1.0)
 
     def sample(self, rng, count: int) -> list[Prompt]:
         raise NotImplementedError
@@ -50,7 +56,8 @@ class Task:
         """The training step about to be scored, for tasks whose rewards change during training."""
 
     def eval_metrics(self, prompts: list[Prompt], responses: list[Response]) -> dict:
-        """Task-specific held-out metrics beyond each reward's mean."""
+        """Task-specific held-out metrics beyond each reward's mean, by name (the evaluation adds its prefix);
+        `prompts[i]` is the prompt of `responses[i]`."""
         return {}
 
     def score(self, names: list[str], prompts: list[Prompt], responses: list[Response]) -> torch.Tensor:

@@ -82,12 +82,39 @@ def test_drops_and_the_paired_area_endpoint():
     assert script.area(synthetic_run("a", 0, [0.5, 0.9, 0.3, 0.9]), 2) == pytest.approx(0.7)
     mine = [synthetic_run("a", 0, [0.4, 0.8]), synthetic_run("a", 1, [0.5, 1.0])]
     other = [synthetic_run("b", 0, [0.2, 0.4]), synthetic_run("b", 1, [0.5, 1.0])]
-    result = script.paired_area_ratio(mine, other, 2)
-    assert result["ratios"] == pytest.approx([2.0, 1.0]) and result["above"] == 1
+    result = script.paired_ratio(mine, other, lambda run: script.area(run, 2))
+    assert result["ratios"] == pytest.approx([2.0, 1.0]) and result["above"] == 1 and result["p"] == 1.0
     assert result["ratio"] == pytest.approx(2 ** 0.5)
     assert result["low"] == pytest.approx(1.0) and result["high"] == pytest.approx(2.0)
     with pytest.raises(SystemExit, match="has 2 of steps 1-3"):
         script.area(mine[0], 3)
+
+
+def test_costs_per_response_generated():
+    script = load_script()
+    run = synthetic_run("a", 0, [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0])
+    for record, responses in zip(run["records"], [10, 20, 30, 40, 50, 60, 70]):
+        record["sampling/responses"] = responses
+    assert script.response_area(run, 60, default=5) == pytest.approx((20 * 0.5 + 30 * 1.0) / 60)
+    assert script.response_area(synthetic_run("b", 0, [0.0, 1.0]), 8, default=5) == pytest.approx(3 / 8)
+    assert script.responses_to_threshold(run, default=5) == 10 + 20 + 30 + 40 + 50 + 60   # 5-step mean 0.8 at 6
+    assert script.responses_to_threshold(synthetic_run("b", 0, [0.0] * 5), default=5) is None
+    with pytest.raises(SystemExit, match="generated 280 of 300 responses"):
+        script.response_area(run, 300, default=5)
+
+
+def test_paired_statistics():
+    sys.path.insert(0, str(SCRIPT.parent))
+    from paired_tests import holm, mean_difference, permutation_p, t_quantile
+
+    assert permutation_p([1.0] * 10) == pytest.approx(2 / 1024)
+    assert permutation_p([3.0, 1.0, 1.0]) == pytest.approx(2 / 8)       # only the all-flipped signs tie
+    assert permutation_p([3.0, -1.0, 1.0]) == pytest.approx(6 / 8)      # |sum| >= 3: 5, 3, 3 and their negatives
+    assert permutation_p([0.0, 0.0]) == 1.0
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert t_quantile(0.95, 9) == pytest.approx(2.2622, abs=1e-4)
+    ci = mean_difference([0.1, 0.2, 0.0, 0.1])
+    assert ci["mean"] == pytest.approx(0.1) and ci["high"] - ci["mean"] == pytest.approx(3.1824 * 0.0816 / 2, abs=1e-3)
 
 
 def test_without_run_a_missing_or_different_run_is_an_error_and_nothing_is_written(tmp_path):
@@ -125,6 +152,7 @@ def test_smoke_run_two_seeds_few_steps_then_resume_then_read(tmp_path):
     assert sorted((r["method"], r["seed"]) for r in runs) == [("dara", 0), ("dara", 1), ("static-asym", 0),
                                                               ("static-asym", 1)]
     for run in runs:
+        assert len(run["commit"].split("+")[0]) == 40
         steps = [r["step"] for r in run["records"] if "reward/format/mean" in r]
         assert steps == list(range(1, 11))
         assert {"density/format", "weight/format", "eval/correct"} <= set().union(*run["records"])

@@ -22,6 +22,7 @@ from .metrics import MetricsLog, read_metrics
 from .model import build_policy
 from .plot import plot_run
 from .ppo import TrainBatch, ppo_loss, token_logprobs
+from .pretrain import pretrain
 from .rollout import build_engine
 from .sampling import CRITERIA, Group, Sampled, check_sampling, first_round_groups, next_round_groups, round_rng
 from .summary import format_summary, summarize, thresholds_for
@@ -136,6 +137,12 @@ class Trainer:
             (self.output_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self.task = build_task(cfg.task)
         policy, self.tokenizer = build_policy(cfg.model, cfg.seed)
+        self.pretrained = {}
+        if cfg.pretrain.steps and not resume:
+            if cfg.model.path:
+                raise ValueError("pretrain.steps: pre-training is for the tiny model (model.path unset); a local "
+                                 "model starts as it is")
+            self.pretrained = pretrain(policy, self.tokenizer, self.task, cfg.pretrain)
         max_len = cfg.model.max_positions
         self.engine = build_engine(cfg.rollout.engine, policy, self.tokenizer, self.output_dir / "inference-model",
                                    cfg.seed, max_len, self.device, cfg.model.path)
@@ -321,8 +328,8 @@ class Trainer:
 
     def run(self) -> None:
         cfg = self.cfg
-        if self.step == 0 and cfg.eval_every:
-            self.log.log({"step": 0, **self.evaluate()})
+        if self.step == 0 and (cfg.eval_every or self.pretrained):
+            self.log.log({"step": 0, **self.pretrained, **(self.evaluate() if cfg.eval_every else {})})
         while self.step < cfg.steps:
             record = self.train_step()
             if cfg.eval_every and self.step % cfg.eval_every == 0:

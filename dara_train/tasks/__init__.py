@@ -52,6 +52,11 @@ class Task:
     def eval_prompts(self) -> list[Prompt]:
         raise NotImplementedError
 
+    def demonstrations(self, rng, count: int) -> list[tuple[Prompt, str]]:
+        """`count` (prompt, reply text) pairs to pre-train on (`pretrain.steps`)."""
+        raise NotImplementedError(f"task {type(self).__name__} has no demonstrations to pre-train on "
+                                  "(pretrain.steps must be 0)")
+
     def set_step(self, step: int) -> None:
         """The training step about to be scored, for tasks whose rewards change during training."""
 
@@ -74,6 +79,10 @@ def build_task(cfg) -> Task:
         from .toy import ToyTask
 
         return ToyTask(cfg)
+    if cfg.name == "toy-budget":
+        from .toy_budget import ToyBudgetTask
+
+        return ToyBudgetTask(cfg)
     if cfg.name == "math":
         from .math import MathTask
 
@@ -82,4 +91,4 @@ def build_task(cfg) -> Task:
         from .toolcall import ToolCallTask
 
         return ToolCallTask(cfg)
-    raise ValueError(f"task.name={cfg.name!r} is not one of toy, math, toolcall")
+    raise ValueError(f"task.name={cfg.name!r} is not one of toy, toy-budget, math, toolcall")

@@ -62,10 +62,15 @@ FULLY_SEEDED = ("dara", "dara-sym", "gdpo", *SIGNAL_ARMS)
 # Dynamic sampling draws candidate groups to accepted ones as the paper's math runs (2 : 3, its Table 9).
 CANDIDATES_PER_ACCEPTED = 1.5
 # The paper's static controls (Table 4) put weight 5 on one reward: here the one that starts sparse.
-DEFAULT_STATIC_WEIGHTS = {"toy": "1,5,1", "toy-paper": "1,5,1", "toy-shift": "1,5,1", "toy-gated-length": "1,1,5"}
+DEFAULT_STATIC_WEIGHTS = {"toy": "1,5,1", "toy-paper": "1,5,1", "toy-shift": "1,5,1", "toy-gated-length": "1,1,5",
+                          "toy-budget": "1,1,5"}
+# toy-budget's pre-registered arms (benchmarks/LEARNING.md), all with --seeds, and its endpoints
+# (budget_endpoints.py) printed after the tables.
+BUDGET_PRESET = "toy-budget"
+BUDGET_METHODS = ["gdpo", "dara", "dara-sym", "static-asym", "static-sym"]
 # Paired comparisons: each reference method against these (None: every other method at the same group size).
 PAIRED = {"dara": None, "dara-sym": ("gdpo", "static-sym")}
-KEPT = ("reward/", "density/", "weight/", "eval/", "eval_sampled/", "sampling/")
+KEPT = ("reward/", "density/", "weight/", "eval/", "eval_sampled/", "sampling/", "pretrain/")
 
 
 def advantage_overrides(name: str, static_weights: str, prompts: int) -> list[str]:
@@ -180,7 +185,8 @@ def save_results(path: Path, data: dict) -> None:
 
 
 def seed_count(args, label: str) -> int:
-    return args.seeds if base_method(label) in FULLY_SEEDED else min(args.other_seeds, args.seeds)
+    fully = base_method(label) in FULLY_SEEDED or args.preset == BUDGET_PRESET
+    return args.seeds if fully else min(args.other_seeds, args.seeds)
 
 
 def seeds_of(args, label: str) -> range:
@@ -673,7 +679,8 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", type=int, default=10, help="seeds for " + ", ".join(FULLY_SEEDED))
     parser.add_argument("--other-seeds", type=int, default=5, help="seeds for every other method")
     parser.add_argument("--first-seed", type=int, default=0, help="the seeds are first-seed, first-seed + 1, ...")
-    parser.add_argument("--methods", default=",".join(MAIN_METHODS))
+    parser.add_argument("--methods", help="comma-separated (default: " + ",".join(MAIN_METHODS) + "; on "
+                        + BUDGET_PRESET + ", every method with --seeds: " + ",".join(BUDGET_METHODS) + ")")
     parser.add_argument("--baselines", action="store_true", help="add the other Table-5 baselines: "
                         + ", ".join(TABLE5_BASELINES))
     parser.add_argument("--static-weights", help="the weights of static-asym and static-sym, e.g. 1,5,1 "
@@ -693,7 +700,8 @@ def main(argv=None) -> None:
 
     from dara_train.config import load_config
 
-    names = [m for m in args.methods.split(",") if m] + (TABLE5_BASELINES if args.baselines else [])
+    methods = args.methods or ",".join(BUDGET_METHODS if args.preset == BUDGET_PRESET else MAIN_METHODS)
+    names = [m for m in methods.split(",") if m] + (TABLE5_BASELINES if args.baselines else [])
     static = args.static_weights or DEFAULT_STATIC_WEIGHTS.get(args.preset, "1,5,1")
     rollout = load_config(args.preset, None, args.settings).rollout
     groups = [int(g) for g in args.group_sizes.split(",")] if args.group_sizes else []
@@ -714,6 +722,12 @@ def main(argv=None) -> None:
     asked = [r for r in data["runs"] if r["method"] in specs and r["seed"] in seeds_of(args, r["method"])]
     data["runs"] = sorted(asked, key=lambda r: (order.index(r["method"]), r["seed"]))
     print_tables(data, summarize_methods(data))
+    if args.preset == BUDGET_PRESET:
+        from budget_endpoints import print_budget_tables
+
+        print_budget_tables({m: [r for r in data["runs"] if r["method"] == m] for m in order
+                             if any(r["method"] == m for r in data["runs"])},
+                            data["runs"][0]["steps"] + 1)
     if args.stability:
         print_stability(data, rollout.group_size * rollout.prompts_per_step)
     print(f"\nruns: {path}")

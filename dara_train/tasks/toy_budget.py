@@ -11,7 +11,7 @@ as a reasoning model's are.
 - `format`: the reply finishes with the marker `#` after its work.
 - `length`: the reply finishes within `task.max_length` tokens.
 
-Demonstrations: the answer (right half the time, else a uniform digit),
+Demonstrations: the answer (right 60% of the time, else a uniform digit),
 then `x` work tokens, mostly more than the limit allows, then the marker
 half the time: the pre-trained policy starts right on about half of the
 prompts and marks about half of its replies, while few fit the limit.
@@ -28,7 +28,7 @@ WORK = "x"
 MARKER = "#"
 HARD_DIGIT = 0          # c = HARD_DIGIT marks a hard prompt
 # Demonstrations: the share with the right answer, the share with the marker, and the work lengths.
-RIGHT_SHARE = 0.5
+RIGHT_SHARE = 0.6
 MARKED_SHARE = 0.5
 SHORT_SHARE = 0.03      # work short enough for the limit; the rest draw LONG_WORK more tokens than the limit
 LONG_WORK = 6

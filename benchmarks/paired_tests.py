@@ -7,15 +7,17 @@ import itertools
 import math
 
 
-def permutation_p(differences: list[float]) -> float:
-    """Exact two-sided paired permutation test: the share of the 2^n sign assignments of the per-seed
-    differences whose mean is at least as far from 0 as the observed one (zeros count as either sign)."""
+def permutation_p(differences: list[float], greater: bool = False) -> float:
+    """Exact paired permutation test: the share of the 2^n sign assignments of the per-seed differences whose
+    mean is at least as far from 0 as the observed one (two-sided), or with `greater` at least as large (the
+    one-sided test against a mean at most 0). Zeros count as either sign."""
     if not differences:
         return 1.0
-    observed = abs(math.fsum(differences))
-    tolerance = 1e-9 * max(1.0, observed)
-    extreme = sum(abs(math.fsum(s * d for s, d in zip(signs, differences))) >= observed - tolerance
-                  for signs in itertools.product((1, -1), repeat=len(differences)))
+    observed = math.fsum(differences) if greater else abs(math.fsum(differences))
+    tolerance = 1e-9 * max(1.0, abs(observed))
+    sums = (math.fsum(s * d for s, d in zip(signs, differences))
+            for signs in itertools.product((1, -1), repeat=len(differences)))
+    extreme = sum((total if greater else abs(total)) >= observed - tolerance for total in sums)
     return extreme / 2 ** len(differences)
 
 

@@ -111,6 +111,8 @@ def test_paired_statistics():
     assert permutation_p([3.0, 1.0, 1.0]) == pytest.approx(2 / 8)       # only the all-flipped signs tie
     assert permutation_p([3.0, -1.0, 1.0]) == pytest.approx(6 / 8)      # |sum| >= 3: 5, 3, 3 and their negatives
     assert permutation_p([0.0, 0.0]) == 1.0
+    assert permutation_p([3.0, -1.0, 1.0], greater=True) == pytest.approx(3 / 8)   # sums 5, 3, 3 of 8
+    assert permutation_p([-3.0, -1.0, -1.0], greater=True) == 1.0
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert t_quantile(0.95, 9) == pytest.approx(2.2622, abs=1e-4)
     ci = mean_difference([0.1, 0.2, 0.0, 0.1])
@@ -171,3 +173,54 @@ def test_smoke_run_two_seeds_few_steps_then_resume_then_read(tmp_path):
     read = subprocess.run(command[:-3], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert read.returncode == 0, read.stderr[-3000:]
     assert read.stdout == again.stdout.split("curves:")[0] and results.read_bytes() == written
+
+
+def test_sustained_crossing_as_the_authors_compute_it():
+    sys.path.insert(0, str(SCRIPT.parent))
+    from budget_endpoints import sustained_crossing
+
+    rising = [0.0] * 5 + [1.0] * 40
+    assert sustained_crossing(rising, 0.5) == 10        # the 10-step mean of steps 1-10 is 0.5
+    assert sustained_crossing(rising, 1.0) == 15
+    assert sustained_crossing(rising[:34], 1.0) is None   # step 15 + 20 was not reached
+    assert sustained_crossing(rising[:35], 1.0) == 15
+    dipping = [1.0] * 12 + [0.0] + [1.0] * 40            # the dip holds the mean below 0.95 for steps 13-22
+    assert sustained_crossing(dipping, 0.95) == 23
+
+
+def budget_run(method, seed, length, acc, joint):
+    records = [{"step": 0, "eval_sampled/correct": 0.5, "eval_sampled/length": 0.0, "eval_sampled/joint": 0.0,
+                "eval_sampled/prompts": 200, "eval_sampled/replies": 3200}]
+    records += [{"step": i + 1, "reward/length/mean": v} for i, v in enumerate(length)]
+    records[-1].update({"eval_sampled/correct": acc, "eval_sampled/length": 0.99, "eval_sampled/joint": joint,
+                        "eval_sampled/prompts": 200, "eval_sampled/replies": 3200})
+    return {"method": method, "seed": seed, "steps": len(length), "records": records}
+
+
+def test_budget_endpoints_and_their_verdicts(capsys):
+    sys.path.insert(0, str(SCRIPT.parent))
+    import budget_endpoints as be
+
+    def ramp(start):   # compliance 0 until `start`, then 1
+        return [0.0] * start + [1.0] * (60 - start)
+
+    seeds = range(6)
+    by_method = {
+        "gdpo": [budget_run("gdpo", s, ramp(20 + s), 0.80 + 0.001 * s, 0.70) for s in seeds],
+        "dara": [budget_run("dara", s, ramp(10 + s), 0.81 + 0.001 * s, 0.75 + 0.01 * s) for s in seeds],
+        "dara-sym": [budget_run("dara-sym", s, ramp(20 + s), 0.70, 0.70) for s in seeds],
+        "static-asym": [budget_run("static-asym", s, ramp(5), 0.8, 0.70) for s in seeds],
+        "static-sym": [budget_run("static-sym", s, ramp(5), 0.8, 0.70) for s in seeds],
+    }
+    results = be.print_budget_tables(by_method, never=61)
+    printed = capsys.readouterr().out
+    cell = results["crossing"][("dara", "gdpo", 0.99)]
+    assert cell["differences"] == [-10] * 6 and cell["p"] == pytest.approx(2 / 64)
+    assert cell["holm"] == pytest.approx(min(1.0, 10 * 2 / 64))    # 5 ties of dara-sym at p = 1 below it
+    assert results["crossing"][("dara-sym", "gdpo", 0.5)]["p"] == 1.0
+    assert results["accuracy"][("dara", "gdpo")]["p"] == pytest.approx(1 / 64)       # one-sided, all above -0.02
+    assert results["accuracy"][("dara-sym", "gdpo")]["p"] == 1.0
+    assert results["joint"][("dara", "static-asym")]["mean"] == pytest.approx(0.075)
+    assert "length headline, dara vs gdpo at >= 0.99: partly: sooner" not in printed     # Holm 0.31: not shown
+    assert "length headline, dara vs gdpo at >= 0.99: failed (crossing not shown sooner" in printed
+    assert "Table 4 Joint, dara vs static-asym: not shown" in printed and "| >= 0.99 |" in printed

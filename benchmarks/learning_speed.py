@@ -5,6 +5,7 @@ threshold, the final held-out evaluation, and paired-by-seed comparisons.
     python benchmarks/learning_speed.py --preset toy-paper --seeds 10 [--other-seeds 5] [--first-seed 0] [--jobs 2]
         [--methods dara,dara-sym,gdpo,static-asym,static-sym,grpo] [--baselines] [--static-weights 1,5,1]
         [--group-sizes 4,8,16] [--steps N] [--set KEY=VALUE ...] [--json PATH] [--plot PNG] [--stability] [--run]
+        [--thresholds format=0.9,...]
 
 Methods are the paper's arms (Tables 2 and 4): `dara` is DARA-Asym (the op's
 default: positive-only calibration, weights capped at 5), `dara-sym` DARA-Sym,
@@ -689,6 +690,8 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, help="override the preset's run length")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                         help="a dara-train override applied to every run")
+    parser.add_argument("--thresholds", metavar="REWARD=VALUE,...", help="count steps to these thresholds in "
+                        "the tables instead of the runs' own (what another cut-off would show; the file is unchanged)")
     parser.add_argument("--jobs", type=int, help="runs in parallel (default: the CPU count)")
     parser.add_argument("--json", help="results file (default benchmarks/results/learning-<preset>.json)")
     parser.add_argument("--stability", action="store_true", help="also print the format drops, generation cost "
@@ -721,6 +724,10 @@ def main(argv=None) -> None:
     order = list(specs)
     asked = [r for r in data["runs"] if r["method"] in specs and r["seed"] in seeds_of(args, r["method"])]
     data["runs"] = sorted(asked, key=lambda r: (order.index(r["method"]), r["seed"]))
+    if args.thresholds:
+        # Another cut-off for the tables only: the runs keep theirs in the file.
+        cutoffs = {k: float(v) for k, v in (item.split("=") for item in args.thresholds.split(","))}
+        data["runs"] = [{**r, "thresholds": {**r["thresholds"], **cutoffs}} for r in data["runs"]]
     print_tables(data, summarize_methods(data))
     if args.preset == BUDGET_PRESET:
         from budget_endpoints import print_budget_tables

@@ -224,3 +224,26 @@ def test_budget_endpoints_and_their_verdicts(capsys):
     assert "length headline, dara vs gdpo at >= 0.99: partly: sooner" not in printed     # Holm 0.31: not shown
     assert "length headline, dara vs gdpo at >= 0.99: failed (crossing not shown sooner" in printed
     assert "Table 4 Joint, dara vs static-asym: not shown" in printed and "| >= 0.99 |" in printed
+
+
+def test_other_thresholds_change_the_tables_not_the_file(tmp_path, capsys):
+    script = load_script()
+    overrides = script.method_specs(["dara"], "1,5,1", [], preset_group=8, replies=128)["dara"]
+    formats = [0.0, 0.2, 0.5, 0.8, 0.85, 0.9, 0.95, 1.0, 1.0, 1.0]
+    records = [{"step": 0, "eval/correct": 0.1, "eval/format": 0.0, "eval/length": 0.0}]
+    records += [{"step": i + 1, **{f"reward/{n}/mean": v for n in ("correct", "format", "length")},
+                 **{f"density/{n}": 0.5 for n in ("correct", "format", "length")}} for i, v in enumerate(formats)]
+    run = {"method": "dara", "seed": 0, "overrides": overrides, "steps": 10, "start": 0,
+           "rewards": ["correct", "format", "length"], "thresholds": {"correct": 0.4, "format": 0.8, "length": 0.8},
+           "records": records}
+    results = tmp_path / "runs.json"
+    results.write_text(json.dumps({"preset": "toy", "steps_override": 10, "settings": [], "runs": [run]}))
+    before = results.read_bytes()
+    ask = ["--preset", "toy", "--seeds", "1", "--methods", "dara", "--steps", "10", "--json", str(results)]
+    script.main(ask)
+    own = capsys.readouterr().out
+    script.main([*ask, "--thresholds", "format=0.95"])
+    other = capsys.readouterr().out
+    assert "format >= 0.8" in own and "| 7.0 [7-7] (1/1) |" in own       # 5-step mean of steps 3-7 is 0.8
+    assert "format >= 0.95" in other and "| 10.0 [10-10] (1/1) |" in other  # of steps 6-10: 0.97
+    assert results.read_bytes() == before

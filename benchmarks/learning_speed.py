@@ -70,7 +70,7 @@ DEFAULT_STATIC_WEIGHTS = {"toy": "1,5,1", "toy-paper": "1,5,1", "toy-shift": "1,
 BUDGET_PRESET = "toy-budget"
 BUDGET_METHODS = ["gdpo", "dara", "dara-sym", "static-asym", "static-sym"]
 # Paired comparisons: each reference method against these (None: every other method at the same group size).
-PAIRED = {"dara": None, "dara-sym": ("gdpo", "static-sym")}
+PAIRED = {"dara": None, "dara-sym": ("gdpo", "static-sym"), "gdpo-ds": ("gdpo",)}
 KEPT = ("reward/", "density/", "weight/", "eval/", "eval_sampled/", "sampling/", "pretrain/")
 
 

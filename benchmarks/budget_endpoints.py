@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from paired_tests import holm, mean_difference, permutation_p
+from tables import markdown_table, spread
 
 # The Figure 5 metric: a WINDOW-step trailing mean that reaches the threshold and stays there HOLD more steps.
 WINDOW = 10
@@ -72,19 +73,6 @@ def paired(by_method: dict, a: str, b: str, value) -> list[float]:
     """value(run of a) - value(run of b) per seed both have, in seed order."""
     theirs = {r["seed"]: value(r) for r in by_method[b]}
     return [value(r) - theirs[r["seed"]] for r in sorted(by_method[a], key=lambda r: r["seed"]) if r["seed"] in theirs]
-
-
-def median_range(values: list[float], digits: int) -> str:
-    import numpy as np
-
-    return f"{np.median(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> None:
-    print("| " + " | ".join(header) + " |")
-    print("|" + " --- |" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
 
 
 def headline_threshold(steps: dict) -> float | None:
@@ -174,7 +162,7 @@ def print_budget_tables(by_method: dict, never: int) -> dict:
               f"{'; ' + ', '.join(extra) + ': correct on the hard and on the other prompts' if extra else ''};"
               " median [min-max] over seeds\n")
         markdown_table(["method", "seeds", *FINAL, *extra],
-                       [[m, str(len(f)), *(median_range([x[n] for x in f], 3) for n in [*FINAL, *extra])]
+                       [[m, str(len(f)), *(spread([x[n] for x in f], 3) for n in [*FINAL, *extra])]
                         for m, f in finals.items()])
 
     results["accuracy"] = final_family(by_method, ACCURACY_FAMILY, "Acc", MARGIN)

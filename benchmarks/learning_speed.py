@@ -53,6 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paired_tests import mean_difference, permutation_p  # noqa: E402
+from tables import markdown_table, spread  # noqa: E402
 
 MAIN_METHODS = ["dara", "dara-sym", "gdpo", "static-asym", "static-sym", "grpo"]
 TABLE5_BASELINES = ["dvao", "saw", "sa_mrpo", "gd2po_hard"]
@@ -392,13 +393,6 @@ def summarize_methods(data: dict) -> dict:
     return {"methods": table, "pairs": paired}
 
 
-def markdown_table(header: list[str], rows: list[list[str]]) -> None:
-    print("| " + " | ".join(header) + " |")
-    print("|" + " --- |" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-
-
 def print_tables(data: dict, summary: dict) -> None:
     run = data["runs"][0]
     from dara_train.summary import thresholds_for
@@ -523,13 +517,6 @@ def responses_per_step(run: dict, default: int) -> float:
     values = [r.get("sampling/responses", default) for r in run["records"] if r["step"] >= 1
               and any(k.startswith("reward/") for k in r)]
     return sum(values) / len(values)
-
-
-def spread(values: list[float], digits: int = 2) -> str:
-    """median [min-max]"""
-    import numpy as np
-
-    return f"{np.median(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
 
 
 def print_stability(data: dict, default_responses: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,7 @@ from .metrics import MetricsLog, applied_weight, read_metrics
 from .model import build_policy
 from .plot import plot_run
 from .ppo import TrainBatch, ppo_loss, token_logprobs
+from .pretrain import pretrain
 from .rollout import build_engine
 from .sampling import Group, Sampled, check_sampling, first_round_groups, next_round_groups, round_rng
 from .summary import format_summary, summarize, thresholds_for
@@ -30,6 +32,12 @@ from .tasks import Response, build_task
 
 def step_seed(seed: int, step: int, rank: int) -> int:
     return (seed * 1_000_003 + step * 10_007 + rank) % (2 ** 31)
+
+
+def eval_seed(seed: int, step: int) -> int:
+    """The sampled evaluation's seed: its own stream, apart from every training step's (step_seed), so an
+    evaluation changes no training rollout."""
+    return random.Random(f"eval:{seed}:{step}").randrange(2 ** 31)
 
 
 def build_batch(prompt_ids, generations, pad_id: int, device) -> tuple[torch.Tensor, ...]:
@@ -132,6 +140,12 @@ class Trainer:
             (self.output_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self.task = build_task(cfg.task)
         policy, self.tokenizer = build_policy(cfg.model, cfg.seed)
+        self.pretrained = {}
+        if cfg.pretrain.steps and not resume:
+            if cfg.model.path:
+                raise ValueError("pretrain.steps: pre-training is for the tiny model (model.path unset); a local "
+                                 "model starts as it is")
+            self.pretrained = pretrain(policy, self.tokenizer, self.task, cfg.pretrain)
         max_len = cfg.model.max_positions
         self.engine = build_engine(cfg.rollout.engine, policy, self.tokenizer, self.output_dir / "inference-model",
                                    cfg.seed, max_len, self.device, cfg.model.path)
@@ -280,8 +294,10 @@ class Trainer:
         return record
 
     def evaluate(self) -> dict:
-        """Greedy decoding of the held-out prompts: each reward's mean (accuracy, compliance rates), and the
-        first `eval_samples` of them to samples.jsonl."""
+        """The held-out prompts, decoded greedily (`eval/`) and, with `eval_replies`, sampled that many times
+        each at the training temperature (`eval_sampled/`): each reward's mean (accuracy, compliance rates),
+        the joint rate (every reward satisfied by the same reply) and the counts behind them; the first
+        `eval_samples` greedy replies to samples.jsonl."""
         prompts = self.task.eval_prompts()
         ids = [self.tokenizer.encode_prompt(p.messages) for p in prompts]
         generations = self.engine.generate(ids, 1, self.cfg.rollout.max_new_tokens, 0.0, 1.0, 0)
@@ -293,15 +309,33 @@ class Trainer:
                            "finished": generations[i].finished,
                            "rewards": dict(zip(names, rewards[i].tolist()))}
                           for i in range(min(self.cfg.eval_samples, len(prompts)))])
-        record = {f"eval/{name}": torch.nan_to_num(rewards[:, i], nan=0.0).mean().item()
-                  for i, name in enumerate(names)}
-        record.update(self.task.eval_metrics(prompts, responses))
+        record = self.eval_record("eval", prompts, responses, rewards, len(prompts))
+        if self.cfg.eval_replies:
+            sampled = self.engine.generate(ids, self.cfg.eval_replies, self.cfg.rollout.max_new_tokens,
+                                           self.cfg.rollout.temperature, self.cfg.rollout.top_p,
+                                           eval_seed(self.cfg.seed, self.step))
+            replied = [prompts[g.prompt_index] for g in sampled]
+            replies = to_responses(self.tokenizer, sampled)
+            record.update(self.eval_record("eval_sampled", replied, replies, self.task.score(names, replied, replies),
+                                           len(prompts)))
+        return record
+
+    def eval_record(self, prefix: str, prompts, responses, rewards: torch.Tensor, prompt_count: int) -> dict:
+        """Each reward's mean over the replies (a reply it cannot score counts 0), the share of replies that
+        satisfy every reward (`joint`), the task's own metrics, and the numbers of prompts and replies."""
+        names = self.cfg.task.rewards
+        scores = torch.nan_to_num(rewards, nan=0.0)
+        satisfied = scores >= torch.tensor([self.task.full_mark(name) for name in names])
+        record = {f"{prefix}/{name}": scores[:, i].mean().item() for i, name in enumerate(names)}
+        record[f"{prefix}/joint"] = satisfied.all(1).float().mean().item()
+        record.update({f"{prefix}/{k}": v for k, v in self.task.eval_metrics(prompts, responses).items()})
+        record.update({f"{prefix}/prompts": prompt_count, f"{prefix}/replies": len(responses)})
         return record
 
     def run(self) -> None:
         cfg = self.cfg
-        if self.step == 0 and cfg.eval_every:
-            self.log.log({"step": 0, **self.evaluate()})
+        if self.step == 0 and (cfg.eval_every or self.pretrained):
+            self.log.log({"step": 0, **self.pretrained, **(self.evaluate() if cfg.eval_every else {})})
         while self.step < cfg.steps:
             record = self.train_step()
             if cfg.eval_every and self.step % cfg.eval_every == 0:

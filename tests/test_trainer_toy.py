@@ -80,3 +80,18 @@ def test_resume_equals_uninterrupted(tmp_path):
 def test_unknown_override_is_rejected(tmp_path):
     with pytest.raises(AssertionError, match="unknown config key"):
         run_train("--preset", "toy", "--steps", "1", "--output-dir", str(tmp_path), "--set", "optim.lrr=1")
+
+
+def test_sampled_evaluation_changes_no_training_step(tmp_path):
+    """Sampling the held-out replies at every step draws on the evaluation's own seeds: the training records
+    equal those of a run that never evaluates."""
+    common = ["--preset", "toy", "--steps", "2"]
+    run_train(*common, "--output-dir", str(tmp_path / "plain"), "--set", "eval_every=0")
+    run_train(*common, "--output-dir", str(tmp_path / "evaluated"), "--set", "eval_every=1")
+    plain, evaluated = read_metrics(tmp_path / "plain"), read_metrics(tmp_path / "evaluated")
+    trained = [{k: v for k, v in r.items() if not k.startswith(("time/", "eval"))} for r in evaluated if r["step"]]
+    assert trained == [{k: v for k, v in r.items() if not k.startswith("time/")} for r in plain]
+    for record in evaluated:
+        assert (record["eval/prompts"], record["eval/replies"]) == (20, 20)
+        assert (record["eval_sampled/prompts"], record["eval_sampled/replies"]) == (20, 320)
+        assert record["eval_sampled/joint"] <= min(record[f"eval_sampled/{name}"] for name in REWARDS)

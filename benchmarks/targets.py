@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from baselines import authors_style_dara, eager_dara
+from failure import failure_reason
 
 import dara_kernels as dk
 from dara_kernels.check.batches import (
@@ -245,7 +246,11 @@ def run_targets(runs: int, calls: int, build: bool) -> list[dict]:
                        ("memory", memory_rows),
                        ("build", lambda: build_rows(1) if build else [])):
         print(f"[targets] {name}", flush=True)
-        rows += make()
+        try:
+            rows += make()
+        except Exception as err:  # noqa: BLE001 - a target that cannot be measured is a row; the run goes on
+            rows.append({"name": name, "failed": failure_reason(err)})
+            print(f"  {name} failed: {rows[-1]['failed']}", flush=True)
     return rows
 
 
@@ -253,6 +258,9 @@ def format_targets(rows: list[dict]) -> str:
     head = f"{'row':<92} {'median':>9} {'range':>17} {'target':<24} met"
     lines = [head, "-" * len(head)]
     for r in rows:
+        if "failed" in r:
+            lines.append(f"{r['name']:<92} failed: {r['failed']}")
+            continue
         unit = r["unit"]
         lines.append(f"{r['name']:<92} {r['value']:>8.2f}{unit if unit == 'x' else ''} "
                      f"{r['low']:>8.2f}-{r['high']:<8.2f} {r['target']:<24} {'yes' if r['met'] else 'NO'}")

@@ -1,21 +1,14 @@
-"""The fused CPU kernel against the float64 reference."""
+"""The fused CPU kernel against the float64 reference. The edge sweeps
+(dara_kernels/check/sweeps.py: rewards far from zero, the calibrations,
+groups without signal, RVPO's coefficients, a batch without spread) run on
+it in tests/test_check.py, through `python -m dara_kernels.check`."""
 import pytest
 import torch
 
 import dara_kernels as dk
-from tests.cases import make_case
+from dara_kernels.check.cases import make_case
 from tests.compare import TOLERANCES, assert_matches
-from tests.sweep import (
-    DTYPES,
-    KS,
-    LAYOUTS,
-    calibration_sweep,
-    no_signal_sweep,
-    offset_sweep,
-    soft_minimum_sweep,
-    spreadless_batch_sweep,
-    sweep_against_reference,
-)
+from tests.sweep import DTYPES, KS, LAYOUTS, sweep_against_reference
 
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 
@@ -226,28 +219,6 @@ def test_shuffled_layout_mixes_complete_and_partial_groups():
         ref = dk.fused_advantage(rewards, group_index=ids, method=method, backend="reference")
         out = dk.fused_advantage(rewards, group_index=ids, method=method, backend="cpu")
         assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], method)
-
-
-@pytest.mark.parametrize("method", dk.METHODS)
-def test_rewards_far_from_zero(method):
-    assert offset_sweep("cpu", method) > 0
-
-
-def test_calibrations():
-    assert calibration_sweep("cpu") > 0
-
-
-def test_groups_without_signal():
-    assert no_signal_sweep("cpu") > 0
-
-
-def test_rvpo_risk_coefficients():
-    assert soft_minimum_sweep("cpu") > 0
-
-
-def test_batch_without_spread():
-    """A batch whose rows all have the same s_j != 0 (tests/sweep.py)."""
-    assert spreadless_batch_sweep("cpu") > 0
 
 
 def test_token_outputs_are_reused_only_once_freed_and_within_the_bound():

@@ -2,9 +2,10 @@
 one task preset, then, per method, the steps each reward needs to reach its
 threshold, the final held-out evaluation, and paired-by-seed comparisons.
 
-    python benchmarks/learning_speed.py --preset toy-paper --seeds 10 [--other-seeds 5] [--jobs 2]
+    python benchmarks/learning_speed.py --preset toy-paper --seeds 10 [--other-seeds 5] [--first-seed 0] [--jobs 2]
         [--methods dara,dara-sym,gdpo,static-asym,static-sym,grpo] [--baselines] [--static-weights 1,5,1]
         [--group-sizes 4,8,16] [--steps N] [--set KEY=VALUE ...] [--json PATH] [--plot PNG] [--stability] [--run]
+        [--thresholds format=0.9,...]
 
 Methods are the paper's arms (Tables 2 and 4): `dara` is DARA-Asym (the op's
 default: positive-only calibration, weights capped at 5), `dara-sym` DARA-Sym,
@@ -14,8 +15,11 @@ grpo, ...); `<method>-ds` is the method with dynamic sampling on any reward
 (1.5 candidate groups per group trained on in the first round), `dara-zero`
 DARA-Asym with `no_signal: zero` (the arms of issue 27). `--stability` adds
 the runs whose format mean drops after reaching its threshold, the
-generation cost per step, dynamic sampling's counts, and the paired area
-under the format curve (the endpoint fixed in benchmarks/LEARNING.md).
+generation cost per step and up to the format threshold, dynamic sampling's
+counts, the paired area under the format curve (the endpoint fixed in
+benchmarks/LEARNING.md) with its permutation p, the paired held-out accuracy
+differences, and for comparisons with dynamic sampling the same area per
+response generated. The seeds are `--first-seed` onwards.
 `--group-sizes` runs each method at every group size G with the preset's
 replies per step (prompts = replies / G); at the preset's own G the runs are
 the plain methods' runs, so they are shared with the main table.
@@ -27,7 +31,9 @@ that names them. `--run` trains those runs and writes the file: runs are
 single-threaded processes, `--jobs` at a time, and every finished run is
 written at once, so an interrupted benchmark resumes where it stopped (same
 command), and runs already in the file are reused by any command that asks for
-them. `--plot` writes its PNG only to the path it is given. A run that never
+them. Each run records the commit it was made at (`+changes` when the
+trainer's or the op's sources differed from it). `--plot` writes its PNG only
+to the path it is given. A run that never
 reaches a threshold counts as one step slower than the run length (it is
 listed as not reached)."""
 from __future__ import annotations
@@ -45,6 +51,10 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from multiprocessing import get_context
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paired_tests import mean_difference, permutation_p  # noqa: E402
+from tables import markdown_table, spread  # noqa: E402
+
 MAIN_METHODS = ["dara", "dara-sym", "gdpo", "static-asym", "static-sym", "grpo"]
 TABLE5_BASELINES = ["dvao", "saw", "sa_mrpo", "gd2po_hard"]
 # Group-signal arms: dynamic sampling on any reward (docs/trainer.md), or DARA-Asym with no_signal="zero".
@@ -54,10 +64,15 @@ FULLY_SEEDED = ("dara", "dara-sym", "gdpo", *SIGNAL_ARMS)
 # Dynamic sampling draws candidate groups to accepted ones as the paper's math runs (2 : 3, its Table 9).
 CANDIDATES_PER_ACCEPTED = 1.5
 # The paper's static controls (Table 4) put weight 5 on one reward: here the one that starts sparse.
-DEFAULT_STATIC_WEIGHTS = {"toy": "1,5,1", "toy-paper": "1,5,1", "toy-shift": "1,5,1", "toy-gated-length": "1,1,5"}
+DEFAULT_STATIC_WEIGHTS = {"toy": "1,5,1", "toy-paper": "1,5,1", "toy-shift": "1,5,1", "toy-gated-length": "1,1,5",
+                          "toy-budget": "1,1,5"}
+# toy-budget's pre-registered arms (benchmarks/LEARNING.md), all with --seeds, and its endpoints
+# (budget_endpoints.py) printed after the tables.
+BUDGET_PRESET = "toy-budget"
+BUDGET_METHODS = ["gdpo", "dara", "dara-sym", "static-asym", "static-sym"]
 # Paired comparisons: each reference method against these (None: every other method at the same group size).
-PAIRED = {"dara": None, "dara-sym": ("gdpo", "static-sym")}
-KEPT = ("reward/", "density/", "weight/", "eval/", "sampling/")
+PAIRED = {"dara": None, "dara-sym": ("gdpo", "static-sym"), "gdpo-ds": ("gdpo",)}
+KEPT = ("reward/", "density/", "weight/", "weighted_energy/", "eval/", "eval_sampled/", "sampling/", "pretrain/")
 
 
 def advantage_overrides(name: str, static_weights: str, prompts: int) -> list[str]:
@@ -172,12 +187,18 @@ def save_results(path: Path, data: dict) -> None:
 
 
 def seed_count(args, label: str) -> int:
-    return args.seeds if base_method(label) in FULLY_SEEDED else min(args.other_seeds, args.seeds)
+    fully = base_method(label) in FULLY_SEEDED or args.preset == BUDGET_PRESET
+    return args.seeds if fully else min(args.other_seeds, args.seeds)
+
+
+def seeds_of(args, label: str) -> range:
+    return range(args.first_seed, args.first_seed + seed_count(args, label))
 
 
 def wanted_runs(args, specs: dict) -> list[tuple[str, int]]:
     """(label, seed) of every run the command asks for."""
-    return [(label, seed) for seed in range(args.seeds) for label in specs if seed < seed_count(args, label)]
+    return [(label, seed) for seed in range(args.first_seed, args.first_seed + args.seeds) for label in specs
+            if seed in seeds_of(args, label)]
 
 
 def name_runs(runs: list[tuple[str, int]]) -> str:
@@ -207,6 +228,21 @@ def check_complete(args, specs: dict, data: dict, path: Path) -> None:
                          f"pass --run to train them (it rewrites {path})")
 
 
+# What a run depends on: a run made with any of these changed since the commit is marked so.
+SOURCES = ("dara_train", "dara_kernels", "csrc", "benchmarks/learning_speed.py", "setup.py", "pyproject.toml")
+
+
+def source_commit() -> str:
+    """The commit the runs are made at (HEAD), with `+changes` when the trainer's or the op's sources differ
+    from it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True)
+    changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", *SOURCES], cwd=root).returncode
+    return head.stdout.strip() + ("+changes" if changed else "")
+
+
 def run_all(args, specs: dict, data: dict, path: Path) -> None:
     done = {(r["method"], r["seed"]) for r in data["runs"]}
     todo = [run for run in wanted_runs(args, specs) if run not in done]
@@ -216,6 +252,7 @@ def run_all(args, specs: dict, data: dict, path: Path) -> None:
         return
     jobs = max(1, min(args.jobs or os.cpu_count() or 1, len(todo)))
     print(f"{len(todo)} runs to do ({len(done)} already in {path}), {jobs} at a time", file=sys.stderr)
+    commit = source_commit()
     workdir = tempfile.mkdtemp(prefix="learning-speed-")
     started = time.perf_counter()
     try:
@@ -223,7 +260,7 @@ def run_all(args, specs: dict, data: dict, path: Path) -> None:
             futures = [pool.submit(run_one, args.preset, label, specs[label], seed, args.steps, workdir,
                                    args.settings) for label, seed in todo]
             for finished, future in enumerate(as_completed(futures), 1):
-                run = future.result()
+                run = {**future.result(), "commit": commit}
                 data["runs"].append(run)
                 save_results(path, data)
                 eta = (time.perf_counter() - started) / finished * (len(todo) - finished)
@@ -356,13 +393,6 @@ def summarize_methods(data: dict) -> dict:
     return {"methods": table, "pairs": paired}
 
 
-def markdown_table(header: list[str], rows: list[list[str]]) -> None:
-    print("| " + " | ".join(header) + " |")
-    print("|" + " --- |" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
-
-
 def print_tables(data: dict, summary: dict) -> None:
     run = data["runs"][0]
     from dara_train.summary import thresholds_for
@@ -443,18 +473,43 @@ def area(run: dict, last: int, reward: str = DROP_REWARD) -> float:
     return sum(values) / last
 
 
-def paired_area_ratio(mine: list[dict], other: list[dict], last: int) -> dict:
-    """Per seed area(mine) / area(other); their geometric mean with a percentile bootstrap 95% CI over seeds."""
+def response_area(run: dict, budget: int, default: int, reward: str = DROP_REWARD) -> float:
+    """Mean of the reward over the run's first `budget` responses generated, each step's mean standing for its
+    responses (`default` per step in runs without dynamic sampling): the area per response."""
+    left, total = budget, 0.0
+    for record in run["records"]:
+        if record["step"] >= 1 and record.get(f"reward/{reward}/mean") is not None and left > 0:
+            used = min(left, record.get("sampling/responses", default))
+            total += used * record[f"reward/{reward}/mean"]
+            left -= used
+    if left:
+        raise SystemExit(f"{run['method']} seed {run['seed']} generated {budget - left} of {budget} responses")
+    return total / budget
+
+
+def responses_to_threshold(run: dict, default: int, reward: str = DROP_REWARD) -> float | None:
+    """Responses generated up to the step at which the reward's 5-step mean first reaches its threshold
+    (None: never)."""
+    step = run_steps(run)[reward]
+    if step > run["steps"] - run["start"]:
+        return None
+    return sum(r.get("sampling/responses", default) for r in run["records"]
+               if 1 <= r["step"] <= step and any(k.startswith("reward/") for k in r))
+
+
+def paired_ratio(mine: list[dict], other: list[dict], measure) -> dict:
+    """Per seed measure(mine) / measure(other); their geometric mean with a percentile bootstrap 95% CI over
+    seeds, and the exact paired permutation p of the log ratios."""
     import numpy as np
 
-    theirs = {r["seed"]: area(r, last) for r in other}
+    theirs = {r["seed"]: measure(r) for r in other}
     seeds = sorted({r["seed"] for r in mine} & set(theirs))
-    ratios = np.array([area(r, last) / theirs[r["seed"]] for r in mine if r["seed"] in theirs])
+    ratios = np.array([measure(r) / theirs[r["seed"]] for r in mine if r["seed"] in theirs])
     logs = np.log(ratios)
     means = logs[np.random.default_rng(0).integers(0, len(logs), (BOOTSTRAP, len(logs)))].mean(1)
     low, high = np.exp(np.percentile(means, [2.5, 97.5]))
     return {"seeds": seeds, "ratios": ratios.tolist(), "ratio": float(np.exp(logs.mean())), "low": float(low),
-            "high": float(high), "above": int((ratios > 1).sum())}
+            "high": float(high), "above": int((ratios > 1).sum()), "p": permutation_p(logs.tolist())}
 
 
 def responses_per_step(run: dict, default: int) -> float:
@@ -462,13 +517,6 @@ def responses_per_step(run: dict, default: int) -> float:
     values = [r.get("sampling/responses", default) for r in run["records"] if r["step"] >= 1
               and any(k.startswith("reward/") for k in r)]
     return sum(values) / len(values)
-
-
-def spread(values: list[float], digits: int = 2) -> str:
-    """median [min-max]"""
-    import numpy as np
-
-    return f"{np.median(values):.{digits}f} [{min(values):.{digits}f}-{max(values):.{digits}f}]"
 
 
 def print_stability(data: dict, default_responses: int) -> None:
@@ -483,8 +531,10 @@ def print_stability(data: dict, default_responses: int) -> None:
     by_method = {m: [r for r in data["runs"] if r["method"] == m] for m in methods}
     print(f"\nDrops: runs in which the training {DROP_REWARD} mean falls by more than {DROP} in one step after"
           f" first reaching {threshold:g} (the step in brackets). Each other cell: median [min-max] over the runs;"
-          f" steps to {DROP_REWARD} {threshold:g} as above (never: {never}); held-out correct at the last"
-          " evaluation; responses generated per step (mean over the run's steps); steps without a policy update"
+          f" steps to {DROP_REWARD} {threshold:g} as above (never: {never}), and the responses generated up to"
+          " that step (never: the runs that never reach it are left out, their count in brackets); held-out"
+          " correct (greedy) at the last evaluation; responses generated per step (mean over the run's steps);"
+          " steps without a policy update"
           " (dynamic sampling found no informative group), summed over the runs; acceptance rate (mean over the"
           " run's steps); groups per step whose rewards vary while their sum is constant, among the candidates"
           " (mean over the run's steps).\n")
@@ -495,6 +545,9 @@ def print_stability(data: dict, default_responses: int) -> None:
         steps = [run_steps(r)[DROP_REWARD] for r in runs]
         correct = [final_eval(r).get("correct", float("nan")) for r in runs]
         responses = [responses_per_step(r, default_responses) for r in runs]
+        to_threshold = [responses_to_threshold(r, default_responses) for r in runs]
+        reached = [n for n in to_threshold if n is not None]
+        never_reached = f" ({len(runs) - len(reached)} never)" if len(reached) < len(runs) else ""
         sampled = [[rec for rec in r["records"] if "sampling/rounds" in rec] for r in runs]
         skipped = sum(rec["sampling/updated"] == 0 for recs in sampled for rec in recs)
         acceptance = [sum(rec["sampling/acceptance_rate"] for rec in recs) / len(recs) for recs in sampled
@@ -502,65 +555,85 @@ def print_stability(data: dict, default_responses: int) -> None:
         conflicts = [sum(rec["sampling/conflict_groups"] for rec in recs) / len(recs) for recs in sampled if recs]
         seeds = f": seed{'s' if len(dropped) > 1 else ''} {', '.join(dropped)}" if dropped else ""
         rows.append([method, str(len(runs)), f"{len(dropped)}{seeds}",
-                     spread(steps, 1), spread(correct), spread(responses, 0),
+                     spread(steps, 1), (spread(reached, 0) if reached else "-") + never_reached,
+                     spread(correct), spread(responses, 0),
                      str(skipped) if all(sampled) else "-", spread(acceptance) if acceptance else "-",
                      spread(conflicts) if conflicts else "-"])
-    markdown_table(["method", "runs", "drops", f"steps: {DROP_REWARD}", "held-out correct", "responses per step",
+    markdown_table(["method", "runs", "drops", f"steps: {DROP_REWARD}", f"responses: {DROP_REWARD}",
+                    "held-out correct", "responses per step",
                     "steps without update", "acceptance rate", "conflict groups per step"], rows)
-    for title, pairs_ in (("Endpoint (fixed before the group-signal runs)", ENDPOINT_PAIRS),
+    for title, pairs_ in (("Endpoint (benchmarks/LEARNING.md says which runs it was fixed before)", ENDPOINT_PAIRS),
                           ("Secondary comparisons (not the endpoint)", SECONDARY_PAIRS)):
         present = [(a, b) for a, b in pairs_ if a in by_method and b in by_method]
         if not present:
             continue
         print(f"\n{title}: area under the training {DROP_REWARD} curve over steps 1-N (mean of the per-step"
               f" means), paired by seed, A / B: geometric mean of the per-seed ratios [95% percentile bootstrap CI,"
-              f" {BOOTSTRAP} resamples of the seeds]; seeds with A above B\n")
-        cells = {pair: {last: paired_area_ratio(by_method[pair[0]], by_method[pair[1]], last)
-                        for last in AREA_CUTOFFS} for pair in present}
-        markdown_table(["A vs B", *(f"steps 1-{last}" for last in AREA_CUTOFFS)], [
-            [f"{a} vs {b}", *(f"{c['ratio']:.3f} [{c['low']:.3f}-{c['high']:.3f}]; {c['above']}/{len(c['seeds'])}"
-                              for c in cells[(a, b)].values())] for a, b in present])
-        print()
-        for (a, b), by_cut in cells.items():
-            c = by_cut[AREA_CUTOFFS[0]]
-            print(f"{a} / {b}, steps 1-{AREA_CUTOFFS[0]}, seeds {', '.join(map(str, c['seeds']))}: "
-                  + ", ".join(f"{r:.3f}" for r in c["ratios"]))
+              f" {BOOTSTRAP} resamples of the seeds]; seeds with A above B; p: exact two-sided paired permutation"
+              " test of the log ratios\n")
+        print_area_table(by_method, present, {f"steps 1-{last}": (lambda r, last=last: area(r, last))
+                                              for last in AREA_CUTOFFS})
+        print_accuracy_differences(by_method, present)
+        sampled_pairs = [(a, b) for a, b in present if a.endswith("-ds") or b.endswith("-ds")]
+        if sampled_pairs:
+            budgets = {f"first {last * default_responses:,} responses":
+                       (lambda r, n=last * default_responses: response_area(r, n, default_responses))
+                       for last in AREA_CUTOFFS}
+            print(f"\nThe same per response generated: the {DROP_REWARD} mean over each run's first N responses"
+                  f" (each step's mean standing for its responses; {default_responses} per step without dynamic"
+                  " sampling, so the first column is a whole run without it)\n")
+            print_area_table(by_method, sampled_pairs, budgets)
+
+
+def print_accuracy_differences(by_method: dict, pairs_: list[tuple[str, str]]) -> None:
+    """Held-out correct at the last evaluation, paired A - B: greedy, and sampled where the runs have it."""
+    kinds = [("greedy", "eval/correct"), ("sampled", "eval_sampled/correct")]
+    last = {m: {r["seed"]: [rec for rec in r["records"] if "eval/correct" in rec][-1] for r in runs}
+            for m, runs in by_method.items()}
+    kinds = [(name, key) for name, key in kinds if all(key in rec for recs in last.values() for rec in recs.values())]
+    counts = next(iter(next(iter(last.values())).values()))
+    sizes = [f"{name}: {counts[prefix + '/replies']} replies on {counts[prefix + '/prompts']} prompts per run"
+             for name, key in kinds if (prefix := key.split("/")[0]) + "/replies" in counts]
+    print("\nHeld-out correct at the last evaluation, paired by seed, A - B: mean [95% Student t interval]; seeds"
+          " with A above / below B; exact two-sided paired permutation p" + "".join(f"; {s}" for s in sizes) + "\n")
+    rows = []
+    for a, b in pairs_:
+        cells = []
+        for _, key in kinds:
+            d = [last[a][seed][key] - last[b][seed][key] for seed in sorted(last[a]) if seed in last[b]]
+            ci = mean_difference(d)
+            cells.append(f"{ci['mean']:+.3f} [{ci['low']:+.3f}, {ci['high']:+.3f}]; {sum(x > 0 for x in d)} /"
+                         f" {sum(x < 0 for x in d)}; p={permutation_p(d):.3g}")
+        rows.append([f"{a} vs {b}", *cells])
+    markdown_table(["A vs B", *(name for name, _ in kinds)], rows)
+
+
+def print_area_table(by_method: dict, pairs_: list[tuple[str, str]], measures: dict) -> None:
+    """One row per pair, one column per measure: the paired ratio, its CI, seeds above, p; then the first
+    measure's per-seed ratios."""
+    cells = {pair: {name: paired_ratio(by_method[pair[0]], by_method[pair[1]], measure)
+                    for name, measure in measures.items()} for pair in pairs_}
+    markdown_table(["A vs B", *measures], [
+        [f"{a} vs {b}", *(f"{c['ratio']:.3f} [{c['low']:.3f}-{c['high']:.3f}]; {c['above']}/{len(c['seeds'])};"
+                          f" p={c['p']:.3g}" for c in cells[(a, b)].values())] for a, b in pairs_])
+    print()
+    first = next(iter(measures))
+    for (a, b), by_measure in cells.items():
+        c = by_measure[first]
+        print(f"{a} / {b}, {first}, seeds {', '.join(map(str, c['seeds']))}: "
+              + ", ".join(f"{r:.3f}" for r in c["ratios"]))
 
 
 def plot(data: dict, path: Path) -> Path:
-    """Mean +- one standard deviation over seeds, per method: each reward's
-    training mean, active-group density and weight (the paper's Fig. 3/5 view)."""
-    import matplotlib
+    """`dara-train plot`'s picture of several runs: per method, each reward's training mean, density,
+    applied weight (and energy share, where the runs kept it) as median and interquartile band over seeds."""
+    from dara_train.plot import plot_runs, training_records
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    rewards = data["runs"][0]["rewards"]
-    methods = list(dict.fromkeys(r["method"] for r in data["runs"]))
-    rows = (("reward/{}/mean", "reward"), ("density/{}", "active-group density"), ("weight/{}", "weight"))
-    fig, axes = plt.subplots(len(rows), len(rewards), figsize=(4.5 * len(rewards), 9), squeeze=False)
-    for method in methods:
-        runs = [r for r in data["runs"] if r["method"] == method]
-        for i, (key, title) in enumerate(rows):
-            for j, name in enumerate(rewards):
-                series = [[rec.get(key.format(name)) for rec in r["records"] if "step" in rec
-                           and any(k.startswith("reward/") for k in rec)] for r in runs]
-                length = min(len(s) for s in series)
-                values = np.array([[np.nan if v is None else v for v in s[:length]] for s in series], float)
-                mean, spread = np.nanmean(values, 0), np.nanstd(values, 0)
-                steps = np.arange(1, length + 1)
-                ax = axes[i][j]
-                line, = ax.plot(steps, mean, label=f"{method} (n={len(runs)})", lw=1.2)
-                ax.fill_between(steps, mean - spread, mean + spread, color=line.get_color(), alpha=0.15)
-                ax.set(title=f"{name}: {title}", xlabel="step")
-                ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{data['preset']}: mean +- std over seeds")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    return path
+    runs = {}
+    for run in data["runs"]:
+        runs.setdefault(run["method"], []).append(
+            training_records(run["records"], f"{run['method']} seed {run['seed']}"))
+    return plot_runs(runs, path, f"{data['preset']}: median and interquartile range over seeds")
 
 
 def main(argv=None) -> None:
@@ -569,7 +642,9 @@ def main(argv=None) -> None:
                         help="a dara-train preset (toy-paper, toy-gated-length, toy, toy-shift)")
     parser.add_argument("--seeds", type=int, default=10, help="seeds for " + ", ".join(FULLY_SEEDED))
     parser.add_argument("--other-seeds", type=int, default=5, help="seeds for every other method")
-    parser.add_argument("--methods", default=",".join(MAIN_METHODS))
+    parser.add_argument("--first-seed", type=int, default=0, help="the seeds are first-seed, first-seed + 1, ...")
+    parser.add_argument("--methods", help="comma-separated (default: " + ",".join(MAIN_METHODS) + "; on "
+                        + BUDGET_PRESET + ", every method with --seeds: " + ",".join(BUDGET_METHODS) + ")")
     parser.add_argument("--baselines", action="store_true", help="add the other Table-5 baselines: "
                         + ", ".join(TABLE5_BASELINES))
     parser.add_argument("--static-weights", help="the weights of static-asym and static-sym, e.g. 1,5,1 "
@@ -578,18 +653,22 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, help="override the preset's run length")
     parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                         help="a dara-train override applied to every run")
+    parser.add_argument("--thresholds", metavar="REWARD=VALUE,...", help="count steps to these thresholds in "
+                        "the tables instead of the runs' own (what another cut-off would show; the file is unchanged)")
     parser.add_argument("--jobs", type=int, help="runs in parallel (default: the CPU count)")
     parser.add_argument("--json", help="results file (default benchmarks/results/learning-<preset>.json)")
     parser.add_argument("--stability", action="store_true", help="also print the format drops, generation cost "
                         "and dynamic-sampling counts per method, and the paired area endpoint (LEARNING.md)")
-    parser.add_argument("--plot", metavar="PNG", help="write a PNG of mean +- std curves per method to this path")
+    parser.add_argument("--plot", metavar="PNG", help="write a PNG of median and interquartile curves per method to "
+                        "this path")
     parser.add_argument("--run", action="store_true", help="train the runs the results file lacks (or holds with "
                         "other overrides) and write them to it; without it the file is only read")
     args = parser.parse_args(argv)
 
     from dara_train.config import load_config
 
-    names = [m for m in args.methods.split(",") if m] + (TABLE5_BASELINES if args.baselines else [])
+    methods = args.methods or ",".join(BUDGET_METHODS if args.preset == BUDGET_PRESET else MAIN_METHODS)
+    names = [m for m in methods.split(",") if m] + (TABLE5_BASELINES if args.baselines else [])
     static = args.static_weights or DEFAULT_STATIC_WEIGHTS.get(args.preset, "1,5,1")
     rollout = load_config(args.preset, None, args.settings).rollout
     groups = [int(g) for g in args.group_sizes.split(",")] if args.group_sizes else []
@@ -607,9 +686,19 @@ def main(argv=None) -> None:
         check_complete(args, specs, data, path)
     # The tables cover exactly the runs asked for, whatever else the file holds.
     order = list(specs)
-    asked = [r for r in data["runs"] if r["method"] in specs and r["seed"] < seed_count(args, r["method"])]
+    asked = [r for r in data["runs"] if r["method"] in specs and r["seed"] in seeds_of(args, r["method"])]
     data["runs"] = sorted(asked, key=lambda r: (order.index(r["method"]), r["seed"]))
+    if args.thresholds:
+        # Another cut-off for the tables only: the runs keep theirs in the file.
+        cutoffs = {k: float(v) for k, v in (item.split("=") for item in args.thresholds.split(","))}
+        data["runs"] = [{**r, "thresholds": {**r["thresholds"], **cutoffs}} for r in data["runs"]]
     print_tables(data, summarize_methods(data))
+    if args.preset == BUDGET_PRESET:
+        from budget_endpoints import print_budget_tables
+
+        print_budget_tables({m: [r for r in data["runs"] if r["method"] == m] for m in order
+                             if any(r["method"] == m for r in data["runs"])},
+                            data["runs"][0]["steps"] + 1)
     if args.stability:
         print_stability(data, rollout.group_size * rollout.prompts_per_step)
     print(f"\nruns: {path}")

@@ -9,10 +9,16 @@ on CPU, 16,777,216 on GPU; K = 4; G = 16; method dara; contiguous groups):
 N, K, G, method and layout. Memory floor = bytes that must move (rewards read
 once, advantages, keep and query_scale written once) / copy bandwidth
 measured in this run.
+
+An implementation that raises is a row `failed: <reason>` and the run goes
+on; a requested backend that cannot run here is a row `unavailable: <reason>`.
+The exit status is 0 when every requested backend ran on every config,
+whatever the baselines did.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -27,6 +33,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from baselines import trl_style_gdpo, verl_style_gdpo  # noqa: E402
+from failure import failure_reason  # noqa: E402
 from targets import format_targets, run_targets  # noqa: E402
 
 import dara_kernels as dk  # noqa: E402
@@ -108,26 +115,64 @@ def floor_bytes(cfg: Config, reward_bytes: int = 4) -> int:
     return cfg.n * cfg.k * reward_bytes + index + cfg.n * (4 + 1 + 4)
 
 
+@contextlib.contextmanager
+def aten_scatter_adds():
+    """Inductor lowers scatter-adds to ATen's kernels under deterministic
+    algorithms (torch._inductor.utils.use_scatter_fallback); the filling of
+    fresh memory that deterministic mode also turns on is left off."""
+    previous = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0])
+        torch.utils.deterministic.fill_uninitialized_memory = previous[1]
+
+
+# A workaround, not a fix (the fix is Inductor's; the reference is the oracle
+# and stays as written): on CPU, Inductor's vectorised atomic add asserts that
+# its index is a vector (codegen/cpp.py, `index.is_vec`), but for contiguous
+# groups the reference's group ids are arange(N) // G, the same across a
+# vector when G is at least its width, so the compile fails (torch 2.13 on an
+# AMD EPYC whose torch CPU capability is AVX2, G = 16: InductorError:
+# AssertionError). Loaded ids (a group_index) compile as they are.
+COMPILE_NOTE = "contiguous groups on CPU: scatter-adds on ATen (aten_scatter_adds), as Inductor's own fail there"
+
+
+def compiled_reference(rewards: torch.Tensor, layout: dict, method: str):
+    """torch.compile of the float64 reference, on prepared inputs (what a user compiling it would time)."""
+    opts = resolve_options(method, None)
+    inputs = prepare_inputs(rewards, group_index=layout.get("group_index"), group_size=layout.get("group_size"),
+                            reward_weights=None, response_mask=None, response_lengths=None, reward_bounds=None,
+                            nan_policy="ignore", batch_norm=opts.batch_norm, validate=False)
+    compiled = torch.compile(reference_advantage, dynamic=False)
+    if rewards.device.type != "cpu" or inputs.group_index is not None:
+        return lambda: compiled(inputs, opts)
+
+    def call():
+        with aten_scatter_adds():
+            return compiled(inputs, opts)
+
+    return call
+
+
 def on_n_sweep(cfg: Config) -> bool:
     """The slow baselines (torch.compile, the verl-style loop) run on this line only."""
     return (cfg.k, cfg.g, cfg.method, cfg.layout) == (4, 16, "dara", "fixed")
 
 
 def implementations(cfg: Config, device: str, args, rewards, layout, uids):
+    """name -> a call to time, or the reason a requested backend cannot run here."""
     impls = {}
     for backend in args.backends:
-        if dk.unavailable_reason(backend, rewards.device) is None:
-            impls[backend] = lambda b=backend: dk.fused_advantage(rewards, method=cfg.method, backend=b, **layout)
+        reason = dk.unavailable_reason(backend, rewards.device, cfg.k)
+        impls[backend] = reason or (lambda b=backend: dk.fused_advantage(rewards, method=cfg.method, backend=b,
+                                                                          **layout))
     if cfg.n <= args.max_reference_n:
         impls["reference"] = lambda: dk.fused_advantage(rewards, method=cfg.method, backend="reference", **layout)
     if args.compile_baseline and cfg.n <= args.max_reference_n and (on_n_sweep(cfg) or args.quick):
-        opts = resolve_options(cfg.method, None)
-        inputs = prepare_inputs(rewards, group_index=layout.get("group_index"), group_size=layout.get("group_size"),
-                                reward_weights=None, response_mask=None, response_lengths=None,
-                                reward_bounds=None, nan_policy="ignore", batch_norm=opts.batch_norm,
-                                validate=False)
-        compiled = torch.compile(reference_advantage)
-        impls["reference+compile"] = lambda: compiled(inputs, opts)
+        impls["reference+compile"] = compiled_reference(rewards, layout, cfg.method)
     weights = torch.ones(cfg.k, device=rewards.device)
     if cfg.layout == "fixed" and cfg.method == "gdpo" or (cfg.layout == "fixed" and args.all_baselines):
         impls["trl-style"] = lambda: trl_style_gdpo(rewards, cfg.g, weights)
@@ -161,22 +206,35 @@ def machine_info(device: str) -> dict:
     return info
 
 
+BASELINES = ("reference", "reference+compile", "trl-style", "verl-style")
+
+
+def _speedup(row: dict, baseline: str, seconds: float) -> str:
+    if baseline in row["seconds"]:
+        return f"{row['seconds'][baseline] / seconds:12.1f}"
+    return f"{'failed' if baseline in row['failed'] else '-':>12}"
+
+
 def format_table(rows: list[dict], backends: list[str]) -> str:
+    """One row per implementation and config: the backends with their speedups over each baseline, then the
+    baselines; an implementation that failed or could not run says why instead of a time."""
     lines = []
     head = f"{'N':>10} {'K':>2} {'G':>3} {'method':<10} {'layout':<8} {'impl':<18} {'ms':>9} {'floor%':>7} " + \
-        " ".join(f"{'x ' + b:>12}" for b in ("reference", "reference+compile", "trl-style", "verl-style"))
+        " ".join(f"{'x ' + b:>12}" for b in BASELINES)
     lines.append(head)
     lines.append("-" * len(head))
     for row in rows:
-        for impl, seconds in row["seconds"].items():
-            if impl not in backends:
-                continue
-            speedups = " ".join(
-                f"{row['seconds'][b] / seconds:12.1f}" if b in row["seconds"] else f"{'-':>12}"
-                for b in ("reference", "reference+compile", "trl-style", "verl-style"))
-            floor = 100 * row["floor_seconds"] / seconds
-            lines.append(f"{row['n']:>10} {row['k']:>2} {row['g']:>3} {row['method']:<10} {row['layout']:<8} "
-                         f"{impl:<18} {seconds * 1e3:9.3f} {floor:6.1f}% {speedups}")
+        config = f"{row['n']:>10} {row['k']:>2} {row['g']:>3} {row['method']:<10} {row['layout']:<8}"
+        for impl in [*backends, *BASELINES]:
+            if impl in row["seconds"]:
+                seconds = row["seconds"][impl]
+                speedups = " ".join(_speedup(row, b, seconds) for b in BASELINES) if impl in backends else ""
+                floor = 100 * row["floor_seconds"] / seconds
+                lines.append(f"{config} {impl:<18} {seconds * 1e3:9.3f} {floor:6.1f}% {speedups}".rstrip())
+            elif impl in row["failed"]:
+                lines.append(f"{config} {impl:<18} failed: {row['failed'][impl]}")
+            elif impl in row["unavailable"]:
+                lines.append(f"{config} {impl:<18} unavailable: {row['unavailable'][impl]}")
     return "\n".join(lines)
 
 
@@ -202,7 +260,7 @@ def plot(rows: list[dict], path: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--quick", action="store_true", help="two small configs, seconds")
@@ -237,33 +295,52 @@ def main(argv=None) -> None:
         print(f"[{i}/{len(configs)}] {cfg}", flush=True)
         rewards, layout, uids = make_batch(cfg, args.device)
         impls = implementations(cfg, args.device, args, rewards, layout, uids)
-        seconds = {}
+        seconds, failed, unavailable = {}, {}, {}
         for name, fn in impls.items():
+            if isinstance(fn, str):
+                unavailable[name] = fn
+                print(f"  {name}: unavailable: {fn}", flush=True)
+                continue
             heavy = name in ("verl-style", "reference+compile") or (name == "reference" and cfg.n > 1 << 20)
             slow_loop = name == "verl-style" and cfg.n > 100_000
+            repeats = 1 if slow_loop else min(3, args.max_repeats) if heavy else args.max_repeats
             print(f"  timing {name} ...", end="", flush=True)
-            seconds[name] = measure(fn, args.device, args.budget, 1 if slow_loop else 3 if heavy else args.max_repeats,
-                                    warmup=not slow_loop)
+            try:
+                seconds[name] = measure(fn, args.device, args.budget, repeats, warmup=not slow_loop)
+            except Exception as err:  # noqa: BLE001 - a failing implementation is a row; the run goes on
+                failed[name] = failure_reason(err)
+                print(f" failed: {failed[name]}", flush=True)
+                continue
             print(f" {seconds[name] * 1e3:.3f} ms", flush=True)
-        row = {**asdict(cfg), "seconds": seconds, "floor_seconds": floor_bytes(cfg) / bandwidth}
-        rows.append(row)
+        rows.append({**asdict(cfg), "seconds": seconds, "failed": failed, "unavailable": unavailable,
+                     "floor_seconds": floor_bytes(cfg) / bandwidth})
 
     targets = run_targets(args.runs, args.calls, args.build) if args.targets or args.targets_only else []
 
+    notes = {}
+    if args.device == "cpu" and any("reference+compile" in r["seconds"] and r["layout"] == "fixed" for r in rows):
+        notes["reference+compile"] = COMPILE_NOTE
     print()
     if rows:
         print(format_table(rows, args.backends))
+    for impl, note in notes.items():
+        print(f"{impl}: {note}")
     if targets:
         print(format_targets(targets))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"machine": info, "copy_bandwidth_bytes_per_s": bandwidth, "rows": rows,
-                       "targets": targets}, fh, indent=1)
+                       "targets": targets, "notes": notes}, fh, indent=1)
         print(f"wrote {args.json}")
     if args.plot and rows:
         plot(rows, args.plot)
         print(f"wrote {args.plot}")
+    missing = [f"{row['n']}/{row['k']}/{row['g']}/{row['method']}/{row['layout']} {backend}"
+               for row in rows for backend in args.backends if backend not in row["seconds"]]
+    if missing:
+        print(f"the package's own backends did not run on: {', '.join(missing)}", file=sys.stderr)
+    return 1 if missing else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -36,6 +36,9 @@ def targets_table(data: dict) -> None:
     print("| row | median | range | runs | target | met |")
     print("|---|---|---|---|---|---|")
     for r in data.get("targets", []):
+        if "failed" in r:
+            print(f"| {r['name']} | failed: {r['failed']} | | | | |")
+            continue
         unit = {"x": "x", "MiB": " MiB", "s": " s"}[r["unit"]]
         print(f"| {r['name']} | {r['value']:.2f}{unit} | {r['low']:.2f}-{r['high']:.2f} | {len(r['runs'])} | "
               f"{r['target']} | {'yes' if r['met'] else '**no**'} |")

@@ -33,16 +33,23 @@ from pathlib import Path
 import numpy as np
 import torch
 from baselines import authors_style_dara, eager_dara
+from failure import failure_reason
 
 import dara_kernels as dk
+from dara_kernels.check.batches import (
+    PAPER_TOKENS,
+    VERL_GROUP,
+    VERL_K,
+    VERL_PROMPTS,
+    VERL_TOKENS,
+    paper_batch,
+    token_mask,
+    verl_shaped_batch,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADLINE_N, HEADLINE_K, HEADLINE_G = 1 << 20, 4, 16
-# verl's production shape: 256 prompts x 16 responses x 2,048 tokens, K = 3.
-VERL_PROMPTS, VERL_GROUP, VERL_TOKENS, VERL_K = 256, 16, 2048, 3
 MASK_DTYPES = (torch.bool, torch.uint8, torch.int64, torch.float32)
-# The paper's tool-calling batch (Table 6): 512 prompts x 4 responses, long responses.
-PAPER_PROMPTS, PAPER_GROUP, PAPER_TOKENS = 512, 4, 8192
 MEMORY_CALLS = 200
 BUILD_LIMIT_S = 120
 
@@ -62,22 +69,6 @@ def batch(n: int, k: int, g: int, shuffled: bool, seed: int = 0):
     rewards = (torch.rand(n, k, generator=gen) < torch.linspace(0.05, 0.9, k)).float()
     ids = torch.randperm(n, generator=gen) // g if shuffled else torch.arange(n) // g
     return rewards, ids
-
-
-def token_mask(n: int, t: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(t // 8, t + 1, (n,), generator=gen)
-    return (torch.arange(t)[None, :] < lengths[:, None]).to(dtype)
-
-
-def paper_batch():
-    """The paper's tool-calling batch: 512 x 4 responses, correctness ~30%,
-    format ~1%, length ~50%, shuffled uids, a float32 mask of 8,192 tokens."""
-    n = PAPER_PROMPTS * PAPER_GROUP
-    gen = torch.Generator().manual_seed(2)
-    rewards = (torch.rand(n, 3, generator=gen) < torch.tensor([0.3, 0.01, 0.5])).float()
-    ids = torch.randperm(n, generator=gen) // PAPER_GROUP
-    return rewards, ids, token_mask(n, PAPER_TOKENS, torch.float32)
 
 
 def ratio_row(name: str, ratios: list[float], target: str, met, unit: str = "x", **extra) -> dict:
@@ -116,14 +107,13 @@ def copy_bandwidth() -> float:
 
 def token_rows(runs: int, calls: int) -> list[dict]:
     n = VERL_PROMPTS * VERL_GROUP
-    rewards, ids = batch(n, VERL_K, VERL_GROUP, shuffled=True, seed=1)
     rows = []
     for dtype in MASK_DTYPES:
-        mask = token_mask(n, VERL_TOKENS, dtype)
+        rewards, ids, mask = verl_shaped_batch(dtype)
         ratios = []
         for _ in range(runs):
-            seconds = median_seconds(lambda m=mask: dk.fused_advantage(
-                rewards, group_index=ids, method="gdpo", preset="verl", response_mask=m, backend="cpu"), calls)
+            seconds = median_seconds(lambda r=rewards, i=ids, m=mask: dk.fused_advantage(
+                r, group_index=i, method="gdpo", preset="verl", response_mask=m, backend="cpu"), calls)
             floor = (mask.numel() * mask.element_size() + mask.numel() * 4) / copy_bandwidth()
             ratios.append(seconds / floor)
         rows.append(ratio_row(f"token path N={n} T={VERL_TOKENS} mask {str(dtype).split('.')[-1]} vs memory floor",
@@ -152,10 +142,11 @@ def verl_rows(runs: int) -> list[dict]:
         from verl.trainer.config import AlgoConfig
         from verl.trainer.ppo import ray_trainer
 
-        import dara_kernels.integrations.verl  # noqa: F401  (registers gdpo_fused and dara)
+        from dara_kernels.integrations import verl as dara_verl
     except ImportError as err:
         print(f"  verl rows skipped: verl is not importable here ({err})")
         return []
+    dara_verl.install()  # registers gdpo_fused and dara
     data, keys = verl_batch(VERL_PROMPTS, VERL_GROUP, VERL_TOKENS, VERL_K)
     config = AlgoConfig(gdpo_reward_keys=keys)
 
@@ -256,7 +247,11 @@ def run_targets(runs: int, calls: int, build: bool) -> list[dict]:
                        ("memory", memory_rows),
                        ("build", lambda: build_rows(1) if build else [])):
         print(f"[targets] {name}", flush=True)
-        rows += make()
+        try:
+            rows += make()
+        except Exception as err:  # noqa: BLE001 - a target that cannot be measured is a row; the run goes on
+            rows.append({"name": name, "failed": failure_reason(err)})
+            print(f"  {name} failed: {rows[-1]['failed']}", flush=True)
     return rows
 
 
@@ -264,6 +259,9 @@ def format_targets(rows: list[dict]) -> str:
     head = f"{'row':<92} {'median':>9} {'range':>17} {'target':<24} met"
     lines = [head, "-" * len(head)]
     for r in rows:
+        if "failed" in r:
+            lines.append(f"{r['name']:<92} failed: {r['failed']}")
+            continue
         unit = r["unit"]
         lines.append(f"{r['name']:<92} {r['value']:>8.2f}{unit if unit == 'x' else ''} "
                      f"{r['low']:>8.2f}-{r['high']:<8.2f} {r['target']:<24} {'yes' if r['met'] else 'NO'}")

@@ -1,7 +1,7 @@
 """`dara-train`: multi-reward RL with fused DARA/GDPO/GRPO advantages.
 
     dara-train --preset toy --steps N --output-dir DIR [--rollout hf|vllm] [--set key=value ...]
-    dara-train plot OUTPUT_DIR
+    dara-train plot OUTPUT_DIR | RUN_DIR RUN_DIR ... | RUNS_DIR [--out PNG]
     torchrun --nproc_per_node 2 -m dara_train.cli --preset toy ...   (FSDP2 over 2 ranks)
 """
 from __future__ import annotations

@@ -26,10 +26,11 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    name: str = "toy"                   # toy | math | toolcall
+    name: str = "toy"                   # toy | toy-budget | math | toolcall
     rewards: list = field(default_factory=lambda: ["correct", "format", "length"])
     length_shape: str = "ungated"       # toy, math: ungated | gated (only correct replies earn length)
     max_length: int = 4                 # length compliance: response tokens <= max_length
+    min_work: int = 6                   # toy-budget: tokens a hard prompt's right reply needs (> max_length)
     max_operand: int = 9                # toy: operands a, b drawn from 0..max_operand
     data_path: Optional[str] = None     # math: optional JSONL of {"question", "answer"}
     eval_size: int = 64
@@ -71,18 +72,28 @@ class OptimConfig:
 
 
 @dataclass
+class PretrainConfig:
+    steps: int = 0                      # supervised steps on the task's demonstrations before RL (0: none)
+    batch_size: int = 64
+    lr: float = 3e-3
+    seed: int = 0                       # the demonstrations drawn
+
+
+@dataclass
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     steps: int = 60
     seed: int = 0
     output_dir: str = "runs/toy"
     save_every: int = 0                 # 0: only at the end
     eval_every: int = 10
     eval_samples: int = 4               # held-out prompts and responses written to samples.jsonl per evaluation
+    eval_replies: int = 16              # replies sampled per held-out prompt at each evaluation (0: greedy only)
     tensorboard: bool = False
     report: bool = True                 # end with a summary of what was learned and write curves.png
     mixed_precision: bool = True        # bf16 FSDP2 mixed precision on GPU (ignored on CPU)

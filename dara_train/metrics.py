@@ -1,5 +1,5 @@
 """Per-step metrics: one JSON line per step in OUTPUT_DIR/metrics.jsonl, an
-optional TensorBoard mirror, and a one-line progress display; at each
+optional TensorBoard mirror, and a progress display; at each
 evaluation a few prompts as the model saw them, its responses and their
 rewards in OUTPUT_DIR/samples.jsonl."""
 from __future__ import annotations
@@ -10,12 +10,15 @@ import sys
 import time
 from pathlib import Path
 
+PLAIN_LINES = 20   # progress lines over a run (one every 5%) when stderr is not a terminal
+
 
 class MetricsLog:
     def __init__(self, output_dir: Path, total_steps: int, tensorboard: bool, enabled: bool):
         self.enabled = enabled
         self.total = total_steps
         self.start = time.perf_counter()
+        self.plain_mark = -1
         self.path = output_dir / "metrics.jsonl"
         self.samples_path = output_dir / "samples.jsonl"
         self.writer = None
@@ -40,20 +43,32 @@ class MetricsLog:
                 append_json_line(self.samples_path, record)
 
     def progress(self, record: dict) -> None:
+        """On a terminal a bar redrawn in place; elsewhere (a file, a CI log) a plain line at the first
+        step, every 1/PLAIN_LINES of the run and the last step, rather than one line of carriage returns."""
         step = record["step"]
         done = step / max(self.total, 1)
-        bar = "#" * int(30 * done) + "-" * (30 - int(30 * done))
         rewards = " ".join(f"{k.split('/')[1]}={v:.2f}" for k, v in record.items()
                            if k.startswith("reward/") and v is not None)
-        elapsed = time.perf_counter() - self.start
-        sys.stderr.write(f"\r[{bar}] step {step}/{self.total} {rewards} ({elapsed:.0f}s)")
-        if step >= self.total:
-            sys.stderr.write("\n")
+        status = " ".join(filter(None, (f"step {step}/{self.total}", rewards,
+                                        f"({time.perf_counter() - self.start:.0f}s)")))
+        if sys.stderr.isatty():
+            bar = "#" * int(30 * done) + "-" * (30 - int(30 * done))
+            sys.stderr.write(f"\r[{bar}] {status}" + ("\n" if step >= self.total else ""))
+        elif step * PLAIN_LINES // max(self.total, 1) > self.plain_mark:
+            self.plain_mark = step * PLAIN_LINES // max(self.total, 1)
+            sys.stderr.write(f"{100 * done:3.0f}% {status}\n")
         sys.stderr.flush()
 
     def close(self) -> None:
         if self.writer:
             self.writer.close()
+
+
+def applied_weight(density: float, weight: float) -> float | None:
+    """The weight the op applied to a reward's advantages: `weights` where the reward was active in some
+    group, None where it was active in none (docs/spec.md: every A_jk is then 0, and DARA reports the
+    cap `max_weight` there while it would apply b_k: a weight that did nothing)."""
+    return weight if density > 0 else None
 
 
 def finite_or_none(record: dict) -> dict:

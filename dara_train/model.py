@@ -59,6 +59,10 @@ class CharTokenizer:
     def encode_prompt(self, messages: list[dict]) -> list[int]:
         return self.encode(plain_text(messages))
 
+    def encode_reply(self, text: str) -> list[int]:
+        """A reply's tokens, as the model generates them after the prompt (no BOS)."""
+        return self.encode(text)[1:]
+
     def decode(self, ids) -> str:
         return "".join(self.characters[i - 3] for i in ids if i >= 3)
 

@@ -92,11 +92,14 @@ class HFEngine:
         generator_state = torch.random.get_rng_state()
         torch.manual_seed(seed)
         try:
+            # Sampling needs top_k=0 (generate's default is 50); greedy decoding takes no sampling flag at all
+            # (transformers warns about each one set, ["top_k"] for a 0, on every evaluation).
             out = self.model.generate(
                 input_ids=ids.repeat_interleave(n, 0).to(device),
                 attention_mask=attention.repeat_interleave(n, 0).to(device),
                 max_new_tokens=max_new_tokens, do_sample=not greedy,
-                temperature=None if greedy else temperature, top_p=None if greedy else top_p, top_k=0,
+                temperature=None if greedy else temperature, top_p=None if greedy else top_p,
+                top_k=None if greedy else 0,
                 eos_token_id=stops, pad_token_id=pad, logits_processor=LogitsProcessorList([recorder]))
         finally:
             torch.random.set_rng_state(generator_state)

@@ -8,8 +8,11 @@ import math
 import random
 from dataclasses import dataclass, field
 
-# criterion -> the fused_advantage per-row flag that accepts a row's group (None: every group is trained on).
-CRITERIA = {"off": None, "any": "informative", "sum": "sum_informative"}
+from dara_kernels.integrations.groups import CRITERIA as SIGNAL_CRITERIA
+
+# The criteria besides "off" (every group is trained on): the fused_advantage per-row flag that accepts a row's
+# group, one table with the integrations' filters.
+CRITERIA = ("off", *SIGNAL_CRITERIA)
 # Later rounds ask for the deficit over the observed acceptance rate plus this margin (the DARA authors' 25%).
 ROUND_MARGIN = 1.25
 

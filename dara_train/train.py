@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
 import sys
 import time
 from pathlib import Path
@@ -13,22 +14,30 @@ import torch.distributed as dist
 import yaml
 
 import dara_kernels as dk
+from dara_kernels.integrations.groups import CRITERIA, Sampling
 
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig, to_dict
 from .distributed import all_max, all_sum, full_state_dict, init_distributed, shard_policy
-from .metrics import MetricsLog, read_metrics
+from .metrics import MetricsLog, applied_weight, read_metrics
 from .model import build_policy
 from .plot import plot_run
 from .ppo import TrainBatch, ppo_loss, token_logprobs
+from .pretrain import pretrain
 from .rollout import build_engine
-from .sampling import CRITERIA, Group, Sampled, check_sampling, first_round_groups, next_round_groups, round_rng
+from .sampling import Group, Sampled, check_sampling, first_round_groups, next_round_groups, round_rng
 from .summary import format_summary, summarize, thresholds_for
 from .tasks import Response, build_task
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:
     return (seed * 1_000_003 + step * 10_007 + rank) % (2 ** 31)
+
+
+def eval_seed(seed: int, step: int) -> int:
+    """The sampled evaluation's seed: its own stream, apart from every training step's (step_seed), so an
+    evaluation changes no training rollout."""
+    return random.Random(f"eval:{seed}:{step}").randrange(2 ** 31)
 
 
 def build_batch(prompt_ids, generations, pad_id: int, device) -> tuple[torch.Tensor, ...]:
@@ -99,7 +108,9 @@ def reward_metrics(names, rewards: torch.Tensor, out) -> dict:
         record[f"reward/{name}/mean"] = (sums[i] / sums[k + i]).item() if sums[k + i] > 0 else float("nan")
         record[f"density/{name}"] = out.density[i].item()
         record[f"weight/{name}"] = out.weights[i].item()
+        record[f"applied_weight/{name}"] = applied_weight(out.density[i].item(), out.weights[i].item())
         record[f"energy/{name}"] = out.energy[i].item()
+        record[f"weighted_energy/{name}"] = out.weighted_energy[i].item()
     return record
 
 
@@ -129,6 +140,12 @@ class Trainer:
             (self.output_dir / "config.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False))
         self.task = build_task(cfg.task)
         policy, self.tokenizer = build_policy(cfg.model, cfg.seed)
+        self.pretrained = {}
+        if cfg.pretrain.steps and not resume:
+            if cfg.model.path:
+                raise ValueError("pretrain.steps: pre-training is for the tiny model (model.path unset); a local "
+                                 "model starts as it is")
+            self.pretrained = pretrain(policy, self.tokenizer, self.task, cfg.pretrain)
         max_len = cfg.model.max_positions
         self.engine = build_engine(cfg.rollout.engine, policy, self.tokenizer, self.output_dir / "inference-model",
                                    cfg.seed, max_len, self.device, cfg.model.path)
@@ -194,28 +211,29 @@ class Trainer:
             return Sampled(groups, rewards, None, {"sampling/rounds": 1,
                                                    "sampling/candidate_groups": ro.prompts_per_step})
         target, cap = ro.prompts_per_step, first_round_groups(ro)
-        accepted, rewards, candidates, first, rounds = [], [], 0, None, 0
+        accepted, rewards, first = [], [], None
         counts = dict.fromkeys(SIGNAL_COUNTS, 0)
-        while len(accepted) < target and rounds < ro.max_rounds:
-            size = cap if rounds == 0 else next_round_groups(target - len(accepted), len(accepted), candidates,
-                                                             cap, self.world)
-            groups, round_rewards = self.generate_round(size, rounds, times)
+        sampling = Sampling(self.criterion)
+        while len(accepted) < target and sampling.rounds < ro.max_rounds:
+            size = cap if sampling.rounds == 0 else next_round_groups(
+                target - len(accepted), len(accepted), sampling.candidate_groups, cap, self.world)
+            groups, round_rewards = self.generate_round(size, sampling.rounds, times)
             out = self.advantages(round_rewards, torch.tensor([len(g.token_ids) for grp in groups
                                                                for g in grp.generations]))
             flags = getattr(out, CRITERIA[self.criterion])[::ro.group_size].tolist()
-            accepted += self.gather_groups([grp for grp, keep in zip(groups, flags) if keep])
+            new = self.gather_groups([grp for grp, keep in zip(groups, flags) if keep])
+            accepted += new
             first = out if first is None else first
             rewards.append(round_rewards)
-            candidates += size
-            rounds += 1
+            sampling.add(out, size, len(new), size * ro.group_size)
             for name in counts:
                 counts[name] += int(getattr(out, name))
         kept = accepted[:target]
         # Equal shares keep every rank's update in step; a remainder the ranks cannot share is dropped.
         share = len(kept) // self.world
-        stats = {"sampling/rounds": rounds, "sampling/candidate_groups": candidates,
-                 "sampling/accepted_groups": len(accepted), "sampling/acceptance_rate": len(accepted) / candidates,
-                 **{f"sampling/{name}": count for name, count in counts.items()}}
+        stats = {"sampling/candidate_groups": sampling.candidate_groups, "sampling/accepted_groups": len(accepted),
+                 **{f"sampling/{name}": count for name, count in counts.items()},
+                 **sampling.metrics(share * self.world * ro.group_size, prefix="sampling/")}
         return Sampled(kept[self.rank * share:(self.rank + 1) * share], torch.cat(rewards), first, stats)
 
     def train_step(self) -> dict:
@@ -233,7 +251,9 @@ class Trainer:
             record.update(reward_metrics(cfg.task.rewards, sampled.candidate_rewards, sampled.signal))
             record.update(times)
             if self.rank == 0:
-                print(f"\nstep {self.step}: no informative group in {record['sampling/rounds']} rounds "
+                accepted = record["sampling/accepted_groups"]  # fewer than the ranks, when not 0: none to share
+                why = f"{accepted} accepted groups for {self.world} ranks" if accepted else "no informative group"
+                print(f"\nstep {self.step}: {why} in {record['sampling/rounds']} rounds "
                       f"({record['sampling/candidate_groups']} candidate groups): no policy update",
                       file=sys.stderr, flush=True)
             return record
@@ -276,8 +296,10 @@ class Trainer:
         return record
 
     def evaluate(self) -> dict:
-        """Greedy decoding of the held-out prompts: each reward's mean (accuracy, compliance rates), and the
-        first `eval_samples` of them to samples.jsonl."""
+        """The held-out prompts, decoded greedily (`eval/`) and, with `eval_replies`, sampled that many times
+        each at the training temperature (`eval_sampled/`): each reward's mean (accuracy, compliance rates),
+        the joint rate (every reward satisfied by the same reply) and the counts behind them; the first
+        `eval_samples` greedy replies to samples.jsonl."""
         prompts = self.task.eval_prompts()
         ids = [self.tokenizer.encode_prompt(p.messages) for p in prompts]
         generations = self.engine.generate(ids, 1, self.cfg.rollout.max_new_tokens, 0.0, 1.0, 0)
@@ -289,15 +311,33 @@ class Trainer:
                            "finished": generations[i].finished,
                            "rewards": dict(zip(names, rewards[i].tolist()))}
                           for i in range(min(self.cfg.eval_samples, len(prompts)))])
-        record = {f"eval/{name}": torch.nan_to_num(rewards[:, i], nan=0.0).mean().item()
-                  for i, name in enumerate(names)}
-        record.update(self.task.eval_metrics(prompts, responses))
+        record = self.eval_record("eval", prompts, responses, rewards, len(prompts))
+        if self.cfg.eval_replies:
+            sampled = self.engine.generate(ids, self.cfg.eval_replies, self.cfg.rollout.max_new_tokens,
+                                           self.cfg.rollout.temperature, self.cfg.rollout.top_p,
+                                           eval_seed(self.cfg.seed, self.step))
+            replied = [prompts[g.prompt_index] for g in sampled]
+            replies = to_responses(self.tokenizer, sampled)
+            record.update(self.eval_record("eval_sampled", replied, replies, self.task.score(names, replied, replies),
+                                           len(prompts)))
+        return record
+
+    def eval_record(self, prefix: str, prompts, responses, rewards: torch.Tensor, prompt_count: int) -> dict:
+        """Each reward's mean over the replies (a reply it cannot score counts 0), the share of replies that
+        satisfy every reward (`joint`), the task's own metrics, and the numbers of prompts and replies."""
+        names = self.cfg.task.rewards
+        scores = torch.nan_to_num(rewards, nan=0.0)
+        satisfied = scores >= torch.tensor([self.task.full_mark(name) for name in names])
+        record = {f"{prefix}/{name}": scores[:, i].mean().item() for i, name in enumerate(names)}
+        record[f"{prefix}/joint"] = satisfied.all(1).float().mean().item()
+        record.update({f"{prefix}/{k}": v for k, v in self.task.eval_metrics(prompts, responses).items()})
+        record.update({f"{prefix}/prompts": prompt_count, f"{prefix}/replies": len(responses)})
         return record
 
     def run(self) -> None:
         cfg = self.cfg
-        if self.step == 0 and cfg.eval_every:
-            self.log.log({"step": 0, **self.evaluate()})
+        if self.step == 0 and (cfg.eval_every or self.pretrained):
+            self.log.log({"step": 0, **self.pretrained, **(self.evaluate() if cfg.eval_every else {})})
         while self.step < cfg.steps:
             record = self.train_step()
             if cfg.eval_every and self.step % cfg.eval_every == 0:

@@ -3,6 +3,7 @@
 # venv of its own, and runs the op suite against that build.
 #   bash scripts/check_torch_build.sh cuda torch==2.11.0 "numpy<2.4"
 #   bash scripts/check_torch_build.sh cpu torch==2.8.0 "numpy<2.4"
+#   bash scripts/check_torch_build.sh --install-only cuda torch==2.11.0 "numpy<2.4"
 # The arguments after the mode are what pip installs besides pytest, ninja and
 # pyyaml: the torch, and any pins that torch's environment needs (numpy<2.4:
 # the Triton interpreter the tests run, 3.4 with torch 2.8 and 3.6 with 2.11,
@@ -14,6 +15,8 @@
 #   op suite plus the Triton-interpreter tests.
 # cpu: DARA_BUILD_CUDA=0 (the CPU kernels only, as a CUDA torch beside a
 #   toolkit of another CUDA version builds); the op suite.
+# --install-only creates the venv and installs its packages, nothing more (CI
+# does that in the background while the cores do the step before).
 # The venv, ${DARA_VENV:-.venv}-MODE-TORCH (e.g. .venv-cuda-torch2.11.0), is
 # created once and reused; DARA_PRUNE_ENVS=1 removes it when the check ends
 # (a CUDA torch's venv holds 5 to 7 GB). The package is installed editable from a copy of
@@ -22,10 +25,12 @@
 # environment of scripts/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+INSTALL_ONLY=
+if [ "${1:-}" = --install-only ]; then INSTALL_ONLY=1; shift; fi
 MODE=${1:-}
 TORCH_SPEC=${2:-}
 case "$MODE" in cuda | cpu) ;; *)
-  echo "usage: bash scripts/check_torch_build.sh {cuda|cpu} TORCH_SPEC [PIP_SPEC...]" >&2
+  echo "usage: bash scripts/check_torch_build.sh [--install-only] {cuda|cpu} TORCH_SPEC [PIP_SPEC...]" >&2
   exit 2 ;;
 esac
 [ -n "$TORCH_SPEC" ] || { echo "check_torch_build.sh: name the torch to build against, e.g. torch==2.8.0" >&2; exit 2; }
@@ -39,7 +44,7 @@ OP_SUITE=(tests/test_torch_op.py tests/test_cpu_backend.py tests/test_validation
   tests/test_presets.py tests/test_reference.py tests/test_backend_choice.py tests/test_wire.py
   tests/test_distributed.py tests/test_setup_checks.py)
 total_start=$(date +%s)
-if [ -n "${DARA_PRUNE_ENVS:-}" ]; then
+if [ -n "${DARA_PRUNE_ENVS:-}" ] && [ -z "$INSTALL_ONLY" ]; then
   trap 'echo "[dara $MODE-build $TORCH_SPEC] removing $VENV (DARA_PRUNE_ENVS)" >&2; rm -rf "$VENV"' EXIT
 fi
 
@@ -127,6 +132,7 @@ if [ ! -x "$PY" ]; then timed "create $VENV" create_venv; fi
 if ! "$PY" -c "import torch, numpy, pytest, ninja, yaml" 2>/dev/null; then
   timed "install $TORCH_SPEC ${EXTRA_SPECS[*]:+${EXTRA_SPECS[*]} }numpy pytest ninja pyyaml" install_dependencies
 fi
+[ -z "$INSTALL_ONLY" ] || exit 0
 timed "copy the checkout to $SRC" copy_checkout
 timed "build (MAX_JOBS=${MAX_JOBS:-2})" build
 timed "check the kernel registration" check_registration

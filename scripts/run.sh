@@ -125,25 +125,73 @@ install_skyrl() {
 
 # SkyRL 0.4.0 needs Python >= 3.12; pyenv's python3.12 shim does not start here, so the interpreter is named.
 PYTHON312=${DARA_PYTHON312:-/root/.pyenv/versions/3.12.1/bin/python3.12}
+INTEGRATIONS=(verl trl swift skyrl)
 
-run_integration_tests() {
+integration_python() {
+  if [ "$1" = skyrl ]; then echo "$PYTHON312"; else echo python3; fi
+}
+
+# Building an integration environment is pip and the network, testing is the cores: the environments are built
+# in the background while the main suite runs, in order, each one's status in $STATE/built-NAME and its log in
+# $STATE/build-NAME.log. Under DARA_PRUNE_ENVS the builder stays one environment ahead of the tests, so at most
+# two exist at once (SkyRL's alone is 5.7 GB).
+build_integration_envs() {
+  local i name
+  for i in "${!INTEGRATIONS[@]}"; do
+    name=${INTEGRATIONS[$i]}
+    if [ -n "${DARA_PRUNE_ENVS:-}" ] && [ "$i" -ge 2 ]; then
+      await "$STATE/tested-${INTEGRATIONS[$((i - 2))]}" "$TESTER" "the ${INTEGRATIONS[$((i - 2))]} tests" || return
+    fi
+    local built=0
+    integration_env "$name" "$(integration_python "$name")" "install_$name" >"$STATE/build-$name.log" 2>&1 || built=1
+    echo "$built" >"$STATE/built-$name"
+  done
+}
+
+# await FILE PID WHAT: waits for a file that process PID writes; gives up if PID ends without writing it.
+await() {
+  while [ ! -f "$1" ]; do
+    if ! kill -0 "$2" 2>/dev/null && [ ! -f "$1" ]; then
+      log "$3: the process that was to finish them has ended"
+      return 1
+    fi
+    sleep 2
+  done
+}
+
+start_integration_builds() {
   build_wheel
+  STATE=$(mktemp -d)
   if [ ! -x "$PYTHON312" ]; then
     log "SkyRL needs Python >= 3.12: $PYTHON312 not found (set DARA_PYTHON312)"
     return 1
   fi
-  local status=0 name python
-  for name in verl trl swift skyrl; do
-    python=python3
-    [ "$name" = skyrl ] && python=$PYTHON312
-    integration_env "$name" "$python" "install_$name" || { status=1; continue; }
-    (cd tests && "$VENV-$name/bin/python" -m pytest -q -p no:cacheprovider "integrations/test_$name.py") || status=1
-    # The four environments hold about 11 GB together; CI keeps one at a time.
+  TESTER=$$
+  build_integration_envs &
+  BUILDER=$!
+  trap 'pkill -P "$BUILDER" 2>/dev/null; kill "$BUILDER" 2>/dev/null; rm -rf "$STATE"' EXIT
+}
+
+run_integration_tests() {
+  local status=0 name started
+  for name in "${INTEGRATIONS[@]}"; do
+    started=$(date +%s)
+    await "$STATE/built-$name" "$BUILDER" "the $name environment" || return 1
+    cat "$STATE/build-$name.log" >&2
+    if [ "$(cat "$STATE/built-$name")" = 0 ]; then
+      log "$name environment ready (the tests waited $(( $(date +%s) - started ))s for it)"
+      (cd tests && "$VENV-$name/bin/python" -m pytest -q -p no:cacheprovider "integrations/test_$name.py") || status=1
+    else
+      log "$name environment: not built (its log is above)"
+      status=1
+    fi
     if [ -n "${DARA_PRUNE_ENVS:-}" ]; then
       log "removing $VENV-$name (DARA_PRUNE_ENVS)"
       rm -rf "$VENV-$name"
     fi
+    touch "$STATE/tested-$name"
   done
+  wait "$BUILDER" || true
   return $status
 }
 
@@ -155,8 +203,9 @@ case "$job" in
   demo) exec "$PY" -m dara_kernels.demo "$@" ;;
   test)
     status=0
+    start_integration_builds || status=1
     "$VENV/bin/pytest" -q tests --ignore=tests/integrations "$@" || status=1
-    run_integration_tests || status=1
+    if [ -n "${BUILDER:-}" ]; then run_integration_tests || status=1; fi
     exit $status ;;
   bench) exec "$PY" benchmarks/microbench.py "$@" ;;
   lint)

@@ -1,22 +1,15 @@
-"""The fused CPU kernel against the float64 reference."""
+"""The fused CPU kernel against the float64 reference. The edge sweeps
+(dara_kernels/check/sweeps.py: rewards far from zero, the calibrations,
+groups without signal, RVPO's coefficients, a batch without spread, reward
+gates) run on
+it in tests/test_check.py, through `python -m dara_kernels.check`."""
 import pytest
 import torch
 
 import dara_kernels as dk
-from tests.cases import make_case
+from dara_kernels.check.cases import make_case
 from tests.compare import TOLERANCES, assert_matches
-from tests.sweep import (
-    DTYPES,
-    KS,
-    LAYOUTS,
-    calibration_sweep,
-    gate_sweep,
-    no_signal_sweep,
-    offset_sweep,
-    soft_minimum_sweep,
-    spreadless_batch_sweep,
-    sweep_against_reference,
-)
+from tests.sweep import DTYPES, KS, LAYOUTS, sweep_against_reference
 
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 
@@ -229,28 +222,6 @@ def test_shuffled_layout_mixes_complete_and_partial_groups():
         assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], method)
 
 
-@pytest.mark.parametrize("method", dk.METHODS)
-def test_rewards_far_from_zero(method):
-    assert offset_sweep("cpu", method) > 0
-
-
-def test_calibrations():
-    assert calibration_sweep("cpu") > 0
-
-
-def test_groups_without_signal():
-    assert no_signal_sweep("cpu") > 0
-
-
-def test_rvpo_risk_coefficients():
-    assert soft_minimum_sweep("cpu") > 0
-
-
-def test_batch_without_spread():
-    """A batch whose rows all have the same s_j != 0 (tests/sweep.py)."""
-    assert spreadless_batch_sweep("cpu") > 0
-
-
 def test_token_outputs_are_reused_only_once_freed_and_within_the_bound():
     """A call's token output keeps its values while later calls run; a freed
     buffer serves a later call whose output fits it (a longer or shorter T);
@@ -281,8 +252,3 @@ def test_token_outputs_are_reused_only_once_freed_and_within_the_bound():
         dk.set_token_cache_bytes(previous)
     with pytest.raises(ValueError, match="max_bytes"):
         dk.set_token_cache_bytes(-1)
-
-
-def test_reward_gates():
-    """Each method with a binary and a graded gate, missing gates and gated entries (tests/sweep.py)."""
-    assert gate_sweep("cpu") > 0

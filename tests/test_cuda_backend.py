@@ -5,9 +5,9 @@ import pytest
 import torch
 
 import dara_kernels as dk
+from dara_kernels.check.cases import make_case
 from dara_kernels.options import resolve_options
 from dara_kernels.wire import ACCUMULATOR_SEGMENTS, MAX_REWARDS, combined_columns, segment_offsets
-from tests.cases import make_case
 from tests.compare import TOLERANCES, assert_matches
 from tests.sweep import (
     DTYPES,

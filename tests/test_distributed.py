@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import dara_kernels as dk
-from tests.cases import make_case
+from dara_kernels.check.cases import make_case
 
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 

@@ -9,7 +9,7 @@ import torch
 
 import dara_kernels as dk
 from dara_kernels import wire
-from tests.sweep import signal_rewards
+from dara_kernels.check.cases import signal_rewards
 
 BACKENDS = ["reference"] + (["cpu"] if dk.extension_available() else [])
 

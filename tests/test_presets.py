@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import dara_kernels as dk
-from tests.cases import make_case
+from dara_kernels.check.cases import make_case
 
 
 def trl_normalize_then_sum(rewards, g, weights):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import dara_kernels as dk
-from tests.cases import offset_rewards
+from dara_kernels.check.cases import offset_rewards
 
 BACKENDS = ["reference"] + (["cpu"] if dk.extension_available() else [])
 if dk.unavailable_reason("cuda", torch.device("cuda")) is None:

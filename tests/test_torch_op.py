@@ -3,8 +3,8 @@ import pytest
 import torch
 
 import dara_kernels as dk
+from dara_kernels.check.cases import make_case
 from dara_kernels.options import resolve_options
-from tests.cases import make_case
 
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 

@@ -96,9 +96,12 @@ def test_any_reward_keeps_constant_sum_groups_and_sizes_the_second_round():
     assert trainer.task.sizes == [6, 3]
     assert kept(sampled) == [(0, 1), (0, 3), (0, 5), (1, 1)]
     assert sampled.groups[1].rewards.tolist() == CONFLICT
+    # 9 candidate groups generated for 4 trained on; `any` discards no group whose rewards vary
     assert sampled.stats == {"sampling/rounds": 2, "sampling/candidate_groups": 9, "sampling/accepted_groups": 5,
                              "sampling/acceptance_rate": 5 / 9, "sampling/informative_groups": 5,
-                             "sampling/sum_informative_groups": 4, "sampling/conflict_groups": 1}
+                             "sampling/sum_informative_groups": 4, "sampling/conflict_groups": 1,
+                             "sampling/generation_overhead": 9 / 4, "sampling/informative_groups_discarded": 0,
+                             "sampling/reverse_conflict_rate": 1 / 9}
     assert sampled.candidate_rewards.shape == (9 * G, 2)
 
 
@@ -112,6 +115,10 @@ def test_summed_reward_drops_constant_sum_groups():
     assert kept(sampled) == [(0, 1), (0, 5), (1, 1), (1, 3)]
     assert sampled.stats["sampling/accepted_groups"] == 5
     assert sampled.stats["sampling/conflict_groups"] == 2
+    # the two constant-sum groups are the informative ones `sum` discards; 12 groups generated for 4 trained on
+    assert sampled.stats["sampling/informative_groups_discarded"] == 2
+    assert sampled.stats["sampling/generation_overhead"] == 3.0
+    assert sampled.stats["sampling/reverse_conflict_rate"] == 2 / 12
 
 
 def test_no_signal_within_the_cap_leaves_nothing_to_train():
@@ -120,6 +127,49 @@ def test_no_signal_within_the_cap_leaves_nothing_to_train():
     assert trainer.task.sizes == [6, 6] and sampled.groups == []
     assert sampled.stats["sampling/rounds"] == 2 and sampled.stats["sampling/acceptance_rate"] == 0
     assert sampled.signal.density.tolist() == [0.0, 0.0]
+
+
+@pytest.fixture
+def process_group():
+    """train_step reduces its counts over the ranks: a one-process group (the stand-in says how many ranks)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    yield
+    dist.destroy_process_group()
+
+
+def no_update(*args, **kwargs):
+    raise AssertionError("a step without accepted groups to share reached the update")
+
+
+def test_fewer_accepted_groups_than_ranks_make_no_update(process_group, monkeypatch, capsys):
+    """Two ranks as rank 0 sees them: its half of the round (3 of 6 groups) has one group with signal, the
+    other rank's half none. One group cannot be shared by two ranks: no rank trains."""
+    trainer = one_rank_trainer("any", [[VARIES, UNIFORM, UNIFORM]], max_rounds=1)
+    trainer.world = 2
+    trainer.gather_groups = lambda groups: groups  # what all_gather_object returns when the other rank has none
+    monkeypatch.setattr("dara_train.train.update", no_update)
+    record = trainer.train_step()
+    assert (record["sampling/accepted_groups"], record["sampling/trained_groups"], record["sampling/updated"]) == \
+        (1, 0, 0)
+    assert record["sampling/generation_overhead"] == float("inf") and "train/loss" not in record
+    assert "step 1: 1 accepted groups for 2 ranks in 1 rounds (6 candidate groups): no policy update" in \
+        capsys.readouterr().err
+
+
+def test_step_without_update_logs_the_first_rounds_densities(process_group, monkeypatch):
+    """Under `sum` round 1's groups trade off at a constant sum (both rewards vary in each: density 1) and round
+    2's vary in nothing (density 0): the step logs round 1's."""
+    trainer = one_rank_trainer("sum", [[CONFLICT] * 6, [UNIFORM] * 6], max_rounds=2)
+    monkeypatch.setattr("dara_train.train.update", no_update)
+    record = trainer.train_step()
+    assert record["sampling/rounds"] == 2 and record["sampling/updated"] == 0
+    assert (record["density/a"], record["density/b"]) == (1.0, 1.0)
+    assert record["sampling/informative_groups_discarded"] == 6 and record["sampling/reverse_conflict_rate"] == 0.5
 
 
 def test_no_signal_reaches_the_op_through_advantage_options():

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import dara_kernels as dk
+from dara_kernels.check.cases import make_case
 from dara_kernels.wire import MAX_REWARDS, OUTPUT_FIELDS
-from tests.cases import make_case
 from tests.compare import TOLERANCES, assert_matches
 from tests.sweep import (
     DTYPES,

@@ -9,8 +9,8 @@ import torch
 
 import dara_kernels as dk
 from dara_kernels import wire
+from dara_kernels.check.cases import make_case
 from dara_kernels.options import resolve_options
-from tests.cases import make_case
 
 
 def test_generated_files_are_current():

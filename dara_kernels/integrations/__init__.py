@@ -1,2 +1,3 @@
-"""Drop-in integrations: `dara_kernels.integrations.verl` and
-`dara_kernels.integrations.trl` (each imports its trainer library)."""
+"""Drop-in integrations for verl, TRL, ms-swift and SkyRL (`verl.py`, `trl.py`, `swift.py`, `skyrl.py`, each
+importing its library), on one core without any library: `core.py` (settings, the op call, diagnostics),
+`groups.py` (the group-signal decision, the sampling metrics) and `patching.py` (the one patch helper)."""

@@ -1,27 +1,31 @@
-"""What the integrations need to know about a batch's groups, without any trainer library.
+"""A batch's groups as the integrations see them, without any trainer library: uid keys to group ids, the
+group-signal decision a filter makes (`decide`), and the DARA authors' sampling metrics (`Sampling`).
 
-`group_ids` numbers a framework's group keys (uid strings, prompt ids). `group_signal` is the one place
-where an integration's dynamic sampling or zero-variance filter decides whether a group carries a learning
-signal: a multi-reward group whose rewards vary while their weighted sum is constant (accuracy up, length
-down) teaches every reward, and a filter on the sum alone drops it.
-
-The decision is the fused op's own (docs/spec.md#group-signal): its per-row `informative` (some reward is
-active: at least two valid entries and a standard deviation above `active_tol`, NaN entries left out) and
-`sum_informative` (the weighted summed reward varies over the group's scorable rows) flags, read per group.
+The decision is the fused op's own (docs/spec.md#group-signal), read per group from a call with the run's
+settings, the call the advantages use: criterion `any` keeps a group where the op's `informative` holds (some
+reward is active: two valid scores or more and a standard deviation above `active_tol`, NaN entries handled by
+`nan_policy`), `sum` one where its `sum_informative` holds (the weighted summed reward varies). A group whose
+rewards vary while their weighted sum is constant (accuracy up, length down) teaches every reward, and `sum`
+drops it. A group of one row has neither flag: each framework's documented rule says whether it is kept.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
-from ..api import fused_advantage
-from ..options import resolve_options
+import dara_kernels as dk
 
-# The op's default, so that a group this module calls informative is one the op counts as active.
-ACTIVE_TOL = resolve_options("dara", None).active_tol
+from .core import Settings, advantages
+
+# criterion -> the op's per-row flag that keeps a row's group.
+CRITERIA = {"any": "informative", "sum": "sum_informative"}
+# The authors' names (their filter_groups metrics), logged by every path that filters groups.
+SAMPLING_METRICS = ("rounds", "acceptance_rate", "generation_overhead", "informative_groups_discarded",
+                    "reverse_conflict_rate")
 
 
 def group_ids(index) -> torch.Tensor:
@@ -35,25 +39,29 @@ def group_ids(index) -> torch.Tensor:
                                         dtype=np.int64, count=len(values)))
 
 
+def check_criterion(criterion: str, where: str) -> str:
+    if criterion not in CRITERIA:
+        raise ValueError(f"{where}={criterion!r} is not one of {', '.join(CRITERIA)}")
+    return criterion
+
+
 @dataclass
 class GroupSignal:
-    """Per group g (numbered 0..G-1; `group_of_row` maps rows to them)."""
+    """Per group g (numbered 0..G-1 in order of first appearance; `group_of_row` maps rows to them)."""
     group_of_row: torch.Tensor  # [N] int64
-    size: torch.Tensor  # [G] int64 rows
-    any_reward_varies: torch.Tensor  # [G] bool: some reward k is active in g
-    weighted_sum_varies: torch.Tensor  # [G] bool: sum_k b_k r_jk (NaN counted as 0) varies over g's scorable rows
+    rows: torch.Tensor  # [G] int64
+    signal: torch.Tensor  # [G] bool: the criterion's flag
+    output: dk.AdvantageOutput  # the call the flags come from (its batch counts)
+    criterion: str
 
-    @property
-    def informative(self) -> torch.Tensor:
-        """[G] bool: some reward or the weighted sum varies (a superset of the groups a filter on the sum keeps,
-        which differs only where NaN entries leave each reward with fewer than two scores)."""
-        return self.any_reward_varies | self.weighted_sum_varies
+    def keep(self, keep_singletons: bool) -> torch.Tensor:
+        """[G] bool: groups with signal and, if the framework keeps them, groups of one row (no spread to
+        measure)."""
+        return self.signal | ((self.rows < 2) & keep_singletons)
 
     def keep_rows(self, keep_singletons: bool) -> torch.Tensor:
-        """[N] bool: rows of informative groups and, if asked, of groups of one row (where no spread can be
-        measured: SkyRL's filters keep them, ms-swift's drop them)."""
-        keep = self.informative | ((self.size < 2) & keep_singletons)
-        return keep[self.group_of_row]
+        """[N] bool: the rows of the groups `keep` keeps."""
+        return self.keep(keep_singletons)[self.group_of_row]
 
     def first_rows(self) -> torch.Tensor:
         """[N] bool: the first row of each group."""
@@ -61,33 +69,69 @@ class GroupSignal:
         first[np.unique(self.group_of_row.numpy(), return_index=True)[1]] = True
         return first
 
-    @property
-    def rescued(self) -> int:
-        """Groups a filter on the weighted sum would drop that some reward still varies in."""
-        return int((self.any_reward_varies & ~self.weighted_sum_varies & (self.size >= 2)).sum())
+
+def signal_of(out: dk.AdvantageOutput, groups: torch.Tensor, criterion: str) -> GroupSignal:
+    """The criterion's per-group flag from an op output over rows grouped by `groups` [N] (ids 0..G-1)."""
+    groups = groups.cpu()
+    num_groups = int(groups.max()) + 1 if groups.numel() else 0
+    rows = torch.zeros(num_groups, dtype=torch.int64).index_add(0, groups, torch.ones_like(groups))
+    flags = getattr(out, CRITERIA[criterion]).cpu().double()
+    signal = torch.zeros(num_groups, dtype=torch.float64).index_add(0, groups, flags) > 0
+    return GroupSignal(groups, rows, signal, out, criterion)
 
 
-def group_signal(rewards: torch.Tensor, index, reward_weights: Optional[Sequence[float]] = None,
-                 tol: float = ACTIVE_TOL) -> GroupSignal:
-    """rewards [N, K] (NaN: not scored), index [N] group keys (uids, ints), reward_weights [K] (default 1)."""
-    r = torch.as_tensor(rewards).detach().to("cpu", torch.float64)
+def decide(settings: Settings, rewards: torch.Tensor, index, criterion: str,
+           reward_weights: Optional[Sequence[float]] = None) -> GroupSignal:
+    """The criterion's decision on rewards [N, K] (NaN: not scored) grouped by `index` [N] (uids, ints), from
+    the op called with the run's settings, as for the advantages."""
+    r = torch.as_tensor(rewards).detach().to("cpu", torch.float32)
     if r.dim() != 2:
         raise ValueError(f"rewards must be [N, K], got shape {tuple(r.shape)}")
     groups = group_ids(index)
     if groups.numel() != r.shape[0]:
         raise ValueError(f"{r.shape[0]} reward rows but {groups.numel()} group keys")
-    groups = torch.unique(groups, return_inverse=True)[1] if groups.numel() else groups
-    num_groups = int(groups.max()) + 1 if groups.numel() else 0
-    if reward_weights is not None and len(reward_weights) != r.shape[1]:
-        raise ValueError(f"{len(reward_weights)} reward weights for {r.shape[1]} rewards")
-    size = torch.zeros(num_groups, dtype=torch.int64).index_add(0, groups, torch.ones_like(groups))
-    if not num_groups:
-        empty = torch.zeros(0, dtype=torch.bool)
-        return GroupSignal(groups, size, empty, empty)
-    out = fused_advantage(r, group_index=groups, method="gdpo", batch_norm="none", active_tol=tol,
-                          reward_weights=None if reward_weights is None else list(reward_weights))
+    groups = torch.unique(groups, return_inverse=True)[1]
+    weights = None if reward_weights is None else list(reward_weights)
+    # A filter sees no response mask; the flags do not depend on token weights, which a token batch norm needs.
+    out = advantages(settings, r, group_index=groups, reward_weights=weights,
+                     response_lengths=torch.ones(r.shape[0])).output
+    return signal_of(out, groups, criterion)
 
-    def per_group(flags: torch.Tensor) -> torch.Tensor:
-        return torch.zeros(num_groups, dtype=torch.float64).index_add(0, groups, flags.double()) > 0
 
-    return GroupSignal(groups, size, per_group(out.informative), per_group(out.sum_informative))
+@dataclass
+class Sampling:
+    """One step's filtering, summed over its rounds (a round: one decision on newly generated groups)."""
+    criterion: str
+    rounds: int = 0
+    candidate_groups: int = 0
+    accepted_groups: int = 0
+    informative_groups_discarded: int = 0
+    conflict_groups: int = 0
+    responses: int = 0
+
+    def add(self, out: dk.AdvantageOutput, candidate_groups: int, accepted_groups: int, responses: int) -> None:
+        """A round: `out` is the call its flags came from (batch counts over all ranks in distributed mode),
+        `responses` the responses generated for it."""
+        conflicts = int(out.conflict_groups)  # an active reward, a constant summed reward
+        self.rounds += 1
+        self.candidate_groups += candidate_groups
+        self.accepted_groups += accepted_groups
+        self.conflict_groups += conflicts
+        # `sum` drops exactly the conflict groups among those with an active reward; `any` drops none of them.
+        self.informative_groups_discarded += conflicts if self.criterion == "sum" else 0
+        self.responses += responses
+
+    def add_signal(self, signal: GroupSignal, keep: torch.Tensor) -> None:
+        """A round decided by `signal`, keeping the groups `keep` [G] marks."""
+        self.add(signal.output, int(keep.numel()), int(keep.sum()), int(signal.group_of_row.numel()))
+
+    def metrics(self, trained_responses: int, prefix: str = "dara/sampling/") -> dict:
+        """SAMPLING_METRICS: rounds, accepted / candidate groups, responses generated per response trained on
+        (inf when none is trained), groups with an active reward the filter dropped, and the share of candidate
+        groups whose rewards vary while their weighted sum is constant."""
+        values = {"rounds": self.rounds,
+                  "acceptance_rate": self.accepted_groups / self.candidate_groups,
+                  "generation_overhead": self.responses / trained_responses if trained_responses else math.inf,
+                  "informative_groups_discarded": self.informative_groups_discarded,
+                  "reverse_conflict_rate": self.conflict_groups / self.candidate_groups}
+        return {prefix + name: values[name] for name in SAMPLING_METRICS}

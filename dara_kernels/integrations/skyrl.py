@@ -1,21 +1,14 @@
-"""SkyRL integration (tested with SkyRL 0.4.0, the `skyrl` package's `skyrl.train` trainer).
+"""SkyRL integration (tested with SkyRL 0.4.0, the `skyrl.train` trainer); the user's side is
+docs/integration-skyrl.md.
 
     python -m skyrl.train.entrypoints.main_base trainer.override_entrypoint=dara_kernels.integrations.skyrl \\
-        trainer.algorithm.advantage_estimator=dara \\
-        trainer.algorithm.dara_reward_keys='[accuracy,format,length]' \\
-        trainer.algorithm.dara_reward_weights='[1.0,0.5,2.0]' trainer.algorithm.dara_options.alpha=0.5 ...
+        trainer.algorithm.advantage_estimator=dara trainer.algorithm.dara_reward_keys='[accuracy,format,length]' \\
+        trainer.algorithm.dara_options.alpha=0.5 ...
 
-SkyRL's estimators (`@register_advantage_estimator`) receive the summed token-level rewards, the response
-mask and the uids only. The reward components live in each response's `env_metrics` (what the environment's
-`get_metrics()` returns), which `convert_to_training_input` drops. `DaraRayPPOTrainer` keeps them from the
-generator output for the estimators registered here, "dara" and "gdpo_fused", and leaves out the rows SkyRL
-pads the batch with (copies of row 0 with uids "pad0", ...; `metadata["pad_size"]`). Their diagnostics go to
-the step's metrics. Its dynamic sampling (`trainer.algorithm.dynamic_sampling.type`) and zero-variance filter
-keep a group where any reward varies (`groups.group_signal`), where SkyRL's look at the summed reward.
-
-The options: SkyRL's typed config rejects unknown keys, and extending it is SkyRL's documented route
-(`make_config`): `DaraSkyRLConfig` adds `DaraAlgorithmConfig`'s three fields under `trainer.algorithm`, and
-`main` (what `trainer.override_entrypoint` calls) parses the command line with it.
+SkyRL's estimators see the summed reward only, and its typed config rejects unknown keys: `DaraSkyRLConfig`
+(SkyRL's own `make_config` route) adds the settings, and `DaraRayPPOTrainer` keeps each response's
+components (its env_metrics) for the estimators registered here and lets dynamic sampling and the
+zero-variance filter decide on them.
 """
 from __future__ import annotations
 
@@ -33,13 +26,14 @@ from skyrl.train.config import AlgorithmConfig, make_config
 from skyrl.train.entrypoints.main_base import BasePPOExp
 from skyrl.train.trainer import RayPPOTrainer
 
-import dara_kernels as dk
-from dara_kernels.integrations.common import check_options, diagnostics
-from dara_kernels.integrations.groups import group_ids, group_signal
+from . import patching
+from .core import ESTIMATORS, Run, advantages, diagnostics, estimator_run
+from .groups import Sampling, check_criterion, decide, group_ids
 
-ESTIMATORS = ("dara", "gdpo_fused")
-RESCUED_DYNAMIC = "dara/dynamic_sampling/groups_kept_by_a_reward"
-RESCUED_ZERO_VARIANCE = "dara/zero_variance_filter/groups_kept_by_a_reward"
+DYNAMIC_SAMPLING = "dara/sampling/"
+ZERO_VARIANCE_FILTER = "dara/zero_variance_filter/"
+WHERE = "trainer.algorithm.dara_options"
+_SKYRL_TOL = AlgorithmConfig.__dataclass_fields__["zero_variance_filter_tol"].default
 
 
 @dataclass
@@ -50,6 +44,9 @@ class DaraAlgorithmConfig(AlgorithmConfig):
     """b_k, one per key (default 1)."""
     dara_options: dict = field(default_factory=dict)
     """fused_advantage keywords; `method` picks the op's method for the "dara" estimator (default "dara")."""
+    dara_signal: str = "any"
+    """What dynamic sampling and the zero-variance filter keep: "any" (a group where some reward varies) or
+    "sum" (where the weighted sum varies)."""
 
 
 DaraSkyRLConfig = make_config(algorithm_cls=DaraAlgorithmConfig)
@@ -57,28 +54,23 @@ DaraSkyRLConfig = make_config(algorithm_cls=DaraAlgorithmConfig)
 
 @dataclass(frozen=True)
 class _Settings:
-    keys: tuple
-    weights: Optional[list]
-    method: str
-    options: dict
+    run: Run
+    criterion: str
 
 
 def settings(algorithm) -> _Settings:
-    """The estimator's settings from trainer.algorithm, checked (raises ValueError with the fix)."""
-    keys = tuple(getattr(algorithm, "dara_reward_keys", None) or ())
-    if not keys:
-        raise ValueError("the dara / gdpo_fused estimators need trainer.algorithm.dara_reward_keys (keys of each "
-                         "response's env_metrics) in a config built by dara_kernels.integrations.skyrl."
-                         "DaraSkyRLConfig (launch with trainer.override_entrypoint=dara_kernels.integrations.skyrl)")
-    weights = algorithm.dara_reward_weights
-    if weights is not None and len(weights) != len(keys):
-        raise ValueError(f"{len(weights)} dara_reward_weights for {len(keys)} dara_reward_keys")
-    options = dict(algorithm.dara_options or {})
-    method = options.pop("method", "dara") if algorithm.advantage_estimator == "dara" else "gdpo"
-    if algorithm.advantage_estimator == "gdpo_fused" and "method" in options:
-        raise ValueError("trainer.algorithm.dara_options.method is for the dara estimator; gdpo_fused is GDPO")
-    options = check_options(method, options, "trainer.algorithm.dara_options")
-    return _Settings(keys, list(weights) if weights is not None else None, method, options)
+    """The estimators' and filters' settings from trainer.algorithm, checked (raises ValueError with the fix)."""
+    if algorithm.zero_variance_filter and algorithm.zero_variance_filter_tol != _SKYRL_TOL:
+        raise ValueError(f"trainer.algorithm.zero_variance_filter_tol={algorithm.zero_variance_filter_tol} does not "
+                         "reach DaraRayPPOTrainer's zero-variance filter, which decides with the op's tolerance: set "
+                         f"{WHERE}.active_tol (the advantages use it too)")
+    # SkyRL hands every estimator its grpo_norm_by_std: a default here, so that the filters read the same settings.
+    run = estimator_run(algorithm.advantage_estimator, algorithm.dara_options or {},
+                        getattr(algorithm, "dara_reward_keys", None), algorithm.dara_reward_weights, WHERE,
+                        "trainer.algorithm.dara_reward_keys", defaults={"scale_by_std": algorithm.grpo_norm_by_std},
+                        keys_hint=" (keys of each response's env_metrics), in a DaraSkyRLConfig "
+                        "(trainer.override_entrypoint=dara_kernels.integrations.skyrl)")
+    return _Settings(run, check_criterion(algorithm.dara_signal, "trainer.algorithm.dara_signal"))
 
 
 @dataclass
@@ -94,35 +86,32 @@ _STEP: contextvars.ContextVar = contextvars.ContextVar("dara_skyrl_step", defaul
 _FILTERING: contextvars.ContextVar = contextvars.ContextVar("dara_skyrl_filtering", default=None)
 
 
-def _run(method_of, token_level_rewards, response_mask, index, config, grpo_norm_by_std=True, **kwargs):
+def _run(estimator: str, token_level_rewards, response_mask, index, config) -> tuple:
     step = _STEP.get()
     if step is None:
         raise RuntimeError("the dara / gdpo_fused estimators read the reward components that "
                            "dara_kernels.integrations.skyrl.DaraRayPPOTrainer keeps: use it as the trainer")
+    if config.advantage_estimator != estimator:
+        raise RuntimeError(f"the {estimator} estimator called with advantage_estimator={config.advantage_estimator}")
     s = settings(config)
     n = token_level_rewards.shape[0]
     real = n - step.pad_size
     if step.components.shape[0] != real:
         raise RuntimeError(f"{step.components.shape[0]} rows of reward components for {real} unpadded rows")
-    kwargs = dict(scale_by_std=grpo_norm_by_std)
-    kwargs.update(s.options)
-    out = dk.fused_advantage(step.components.to(token_level_rewards.device), group_index=group_ids(index[:real]),
-                             method=method_of(s), reward_weights=s.weights,
-                             response_mask=response_mask[:real], **kwargs)
-    step.metrics.update(diagnostics(out, s.keys))
-    advantages = response_mask.new_zeros(response_mask.shape, dtype=torch.float32)
-    advantages[:real] = out.token_advantages  # padding rows: 0 (their loss mask is 0 too)
-    return advantages, advantages
+    # The padding rows (uids pad0, pad1, ...) are left out and get 0; their loss mask is 0 too.
+    padding = torch.arange(n) >= real
+    components = torch.cat([step.components, step.components.new_zeros(step.pad_size, len(s.run.keys))])
+    result = advantages(s.run.settings, components.to(token_level_rewards.device), group_index=group_ids(index),
+                        reward_weights=s.run.weights, response_mask=response_mask, padding=padding)
+    step.metrics.update(diagnostics(result.output, s.run.keys))
+    return result.token_advantages, result.token_advantages
 
 
-def compute_dara_advantage(token_level_rewards, response_mask, index, config=None, **kwargs):
-    """The op's method (dara_options.method, default "dara") on the dara_reward_keys components."""
-    return _run(lambda s: s.method, token_level_rewards, response_mask, index, config, **kwargs)
+def _estimator(name: str):
+    def estimator(token_level_rewards, response_mask, index, config=None, **kwargs):
+        return _run(name, token_level_rewards, response_mask, index, config)
 
-
-def compute_gdpo_fused_advantage(token_level_rewards, response_mask, index, config=None, **kwargs):
-    """GDPO on the dara_reward_keys components."""
-    return _run(lambda s: "gdpo", token_level_rewards, response_mask, index, config, **kwargs)
+    return estimator
 
 
 def _components(generator_output, keys) -> torch.Tensor:
@@ -142,21 +131,22 @@ def _components(generator_output, keys) -> torch.Tensor:
 def _zero_variance_filter(original):
     def zero_variance_filter(rewards, uids, loss_masks=None, tol: float = 0.0):
         """SkyRL's filter's contract (indices of the rows to keep; a group with at most one live row is kept),
-        deciding on every reward inside DaraRayPPOTrainer, on the summed reward elsewhere."""
+        deciding by the op's flags on the components inside DaraRayPPOTrainer, as SkyRL elsewhere."""
         filtering = _FILTERING.get()
         if filtering is None:
             return original(rewards, uids, loss_masks=loss_masks, tol=tol)
-        components, weights, metrics = filtering
+        components, s, metrics = filtering
         live = np.array([True] * len(uids) if loss_masks is None else [sum(m) > 0 for m in loss_masks])
         live_uids = np.asarray(uids, dtype=object)[live]
-        signal = group_signal(components[torch.from_numpy(live)], live_uids, weights, tol=tol)
-        keep = signal.keep_rows(keep_singletons=True).tolist()
-        kept = {u for u, k in zip(live_uids.tolist(), keep) if k}
+        signal = decide(s.run.settings, components[torch.from_numpy(live)], live_uids, s.criterion, s.run.weights)
+        keep = signal.keep(keep_singletons=True)
+        kept = {u for u, g in zip(live_uids.tolist(), signal.group_of_row.tolist()) if keep[g]}
         kept |= set(uids) - set(live_uids.tolist())  # no live row: kept, as SkyRL does
-        metrics[RESCUED_ZERO_VARIANCE] = signal.rescued
+        sampling = Sampling(s.criterion)
+        sampling.add_signal(signal, keep)
+        metrics.update(sampling.metrics(int(keep[signal.group_of_row].sum()), ZERO_VARIANCE_FILTER))
         return [i for i, u in enumerate(uids) if u in kept]
 
-    zero_variance_filter.__wrapped__ = original
     return zero_variance_filter
 
 
@@ -165,6 +155,7 @@ class DaraRayPPOTrainer(RayPPOTrainer):
     lets its dynamic sampling and zero-variance filter see every reward."""
 
     def __init__(self, cfg, *args, **kwargs):
+        install()
         super().__init__(cfg, *args, **kwargs)
         algorithm = cfg.trainer.algorithm
         self._dara = settings(algorithm)  # fail before the models are built
@@ -174,27 +165,34 @@ class DaraRayPPOTrainer(RayPPOTrainer):
             raise ValueError("use_kl_in_reward subtracts a KL term from the summed reward, which the reward "
                              "components do not carry: use use_kl_loss")
         self._dara_components: Optional[torch.Tensor] = None
+        self._dara_sampling = Sampling(self._dara.criterion)
 
     def _rows(self, generator_output) -> torch.Tensor:
-        return _components(generator_output, self._dara.keys)
+        return _components(generator_output, self._dara.run.keys)
 
     def handle_dynamic_sampling(self, generator_output, uids):
         """SkyRL's strategies (filter, replace) keep a group when the std of `rewards` in it is > 0: they run
-        on a stand-in reward that varies exactly in the groups where some component (or the sum) varies, and
-        the real rewards are put back in the rows they keep."""
-        signal = group_signal(self._rows(generator_output), uids, self._dara.weights)
-        stand_in = (signal.keep_rows(keep_singletons=False) & signal.first_rows()).float().tolist()
-        self.all_metrics[RESCUED_DYNAMIC] = self.all_metrics.get(RESCUED_DYNAMIC, 0) + signal.rescued
+        on a stand-in reward that varies exactly in the groups the criterion keeps, and the real rewards are
+        put back in the rows they keep. A group of one response is kept where SkyRL keeps it
+        (n_samples_per_prompt = 1)."""
+        signal = decide(self._dara.run.settings, self._rows(generator_output), uids, self._dara.criterion,
+                        self._dara.run.weights)
+        keep = signal.keep(keep_singletons=self.cfg.generator.n_samples_per_prompt == 1)
+        self._dara_sampling.add_signal(signal, keep)
+        stand_in = (keep[signal.group_of_row] & signal.first_rows()).float().tolist()
         marked = dict(generator_output, rewards=stand_in, dara_rewards=generator_output["rewards"])
         had_metrics = "rollout_metrics" in generator_output
         output, uids, keep_sampling = super().handle_dynamic_sampling(marked, uids)
         output["rewards"] = output.pop("dara_rewards")
         if not had_metrics:
             output.pop("rollout_metrics", None)  # recomputed from the stand-in when batches were joined
+        if not keep_sampling:
+            self.all_metrics.update(self._dara_sampling.metrics(len(uids), DYNAMIC_SAMPLING))
+            self._dara_sampling = Sampling(self._dara.criterion)
         return output, uids, keep_sampling
 
     def postprocess_generator_output(self, generator_output, uids, *args, **kwargs):
-        token = _FILTERING.set((self._rows(generator_output), self._dara.weights, self.all_metrics))
+        token = _FILTERING.set((self._rows(generator_output), self._dara, self.all_metrics))
         try:
             return super().postprocess_generator_output(generator_output, uids, *args, **kwargs)
         finally:
@@ -243,18 +241,28 @@ def main() -> None:
     cfg = DaraSkyRLConfig.from_cli_overrides(args)
     validate_cfg(cfg)
     settings(cfg.trainer.algorithm)
+    install()
     initialize_ray(cfg)
     ray.get(_entrypoint.remote(cfg))
 
 
+# "dara": the op's dara_options.method (default dara); "gdpo_fused": GDPO.
+_ESTIMATOR_FUNCTIONS = {name: _estimator(name) for name in ESTIMATORS}
+PATCHES = (patching.Patch(trainer_module, "zero_variance_filter", _zero_variance_filter),)
+
+
 def install() -> None:
-    """Idempotent: register the estimators and wrap the trainer module's zero_variance_filter."""
+    """Register the estimators and wrap the trainer module's zero_variance_filter; idempotent."""
     available = ppo_utils.AdvantageEstimatorRegistry.list_available()
-    for name, estimator in zip(ESTIMATORS, (compute_dara_advantage, compute_gdpo_fused_advantage)):
+    for name, estimator in _ESTIMATOR_FUNCTIONS.items():
         if name not in available:
             ppo_utils.AdvantageEstimatorRegistry.register(name, estimator)
-    if not hasattr(trainer_module.zero_variance_filter, "__wrapped__"):
-        trainer_module.zero_variance_filter = _zero_variance_filter(trainer_module.zero_variance_filter)
+    patching.install(PATCHES)
 
 
-install()
+def uninstall() -> None:
+    patching.uninstall(PATCHES)
+    available = ppo_utils.AdvantageEstimatorRegistry.list_available()
+    for name in _ESTIMATOR_FUNCTIONS:
+        if name in available:
+            ppo_utils.AdvantageEstimatorRegistry.unregister(name)

@@ -1,28 +1,14 @@
-"""ms-swift integration (tested with ms-swift 4.6.0: the GRPO trainer and the Ray driver's GRPO trainer).
+"""ms-swift integration (tested with ms-swift 4.6.0: the GRPO trainer and the Ray driver's GRPO trainer); the
+user's side is docs/integration-swift.md. In the `--external_plugins` file:
 
-In the plugin file given to `swift rlhf --rlhf_type grpo --external_plugins plugin.py` (where custom reward
-functions are registered too):
+    from dara_kernels.integrations import swift
+    swift.install()   # DARA_SWIFT_METHOD / DARA_SWIFT_OPTIONS / DARA_SWIFT_SIGNAL, or install("dara", alpha=0.5)
 
-    import dara_kernels.integrations.swift   # the method and options from DARA_SWIFT_METHOD / DARA_SWIFT_OPTIONS
-
-or, in Python, `dara_kernels.integrations.swift.configure("dara", alpha=0.5)`.
-
-ms-swift has no estimator registry: each of its GRPO trainers calls the pure function
-`swift.rl_core.advantage.compute_advantages` on the gathered `rewards_per_func` [N, K] (one column per
-`--reward_funcs`, `--reward_weights` as b_k, `--num_generations` per group). Importing this module points the
-name `compute_advantages` in each trainer's module at `compute_advantages` below, which calls the fused op,
-and wraps the trainer method that calls it so that the op's diagnostics (density, weight, energy per reward)
-join that trainer's logged metrics:
-
-| trainer | method wrapped | metrics go to |
-| --- | --- | --- |
-| `swift.rlhf_trainers.grpo_trainer.GRPOTrainer` | `_compute_advantages` | `self._metrics[mode]` |
-| `swift.megatron.trainers.grpo_trainer.MegatronGRPOTrainer` | `_compute_advantages` | `self._metrics[mode]` |
-| `swift.ray.megatron.grpo_trainer.GRPOTrainer` | `compute_advantages` | `_build_grpo_log_metrics`'s dict |
-
-A trainer whose module cannot be imported here (Megatron needs megatron-core and transformer_engine, the
-Ray driver needs ray) cannot run here either and is left alone. `--dynamic_sample` keeps a group when any
-reward varies in it (`groups.group_signal`), where ms-swift keeps it only when the weighted sum varies.
+ms-swift has no estimator registry: each GRPO trainer's module imports the pure function
+`swift.rl_core.advantage.compute_advantages`, and `install` points that name at the op, replaces the
+dynamic-sampling signal, and wraps the trainer methods around them so that their diagnostics and sampling
+metrics join the metrics the trainer logs. A trainer whose module does not import here (Megatron, or the
+Ray driver without ray) cannot run here either and is left alone.
 """
 from __future__ import annotations
 
@@ -35,12 +21,15 @@ from typing import Callable, Optional
 import torch
 
 import dara_kernels as dk
-from dara_kernels.integrations.common import check_options, diagnostics, with_extra_metrics
-from dara_kernels.integrations.groups import group_signal
+
+from . import patching
+from .core import advantages, diagnostics, with_extra_metrics
+from .core import configure as configure_settings
+from .groups import Sampling, check_criterion, decide
 
 METHOD_ENV = "DARA_SWIFT_METHOD"
 OPTIONS_ENV = "DARA_SWIFT_OPTIONS"
-RESCUED = "dara/dynamic_sample/groups_kept_by_a_reward"
+SIGNAL_ENV = "DARA_SWIFT_SIGNAL"
 
 _HF = "swift.rlhf_trainers.grpo_trainer"
 _MEGATRON = "swift.megatron.trainers.grpo_trainer"
@@ -53,10 +42,12 @@ _SETTINGS: dict = {}
 _RECORDS: contextvars.ContextVar = contextvars.ContextVar("dara_swift_records", default=None)
 
 
-def configure(method: str = "dara", **options) -> None:
-    """The fused_advantage method and keywords the plugin uses (by default: DARA_SWIFT_METHOD, default "dara",
-    and DARA_SWIFT_OPTIONS, a JSON object of keywords), checked now rather than at the first step."""
-    _SETTINGS.update(method=method, options=check_options(method, options, "dara_kernels.integrations.swift"))
+def configure(method: str = "dara", signal: str = "any", where: str = "dara_kernels.integrations.swift.install",
+              **options) -> None:
+    """The fused_advantage method and keywords, and the dynamic-sampling criterion, checked now rather than
+    at the first step."""
+    _SETTINGS.update(settings=configure_settings(method, options, where),
+                     criterion=check_criterion(signal, f"{where} signal"))
 
 
 def _configure_from_environment() -> None:
@@ -67,7 +58,8 @@ def _configure_from_environment() -> None:
         raise ValueError(f"{OPTIONS_ENV} must be a JSON object of fused_advantage keywords: {err}") from None
     if not isinstance(options, dict):
         raise ValueError(f"{OPTIONS_ENV} must be a JSON object of fused_advantage keywords, got {text!r}")
-    configure(os.environ.get(METHOD_ENV, "dara"), **options)
+    configure(os.environ.get(METHOD_ENV, "dara"), os.environ.get(SIGNAL_ENV, "any"),
+              f"{METHOD_ENV} / {OPTIONS_ENV} / {SIGNAL_ENV}", **options)
 
 
 def compute_advantages(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor, num_generations: int,
@@ -76,17 +68,18 @@ def compute_advantages(rewards_per_func: torch.Tensor, reward_weights: torch.Ten
     """ms-swift's compute_advantages, computed by the fused op: (advantages [N], weighted rewards [N]).
     The method's own normalisation replaces `scale_rewards`; ms-swift's other estimators and a KL term in the
     reward have no equivalent in the op and stop here."""
+    settings = _SETTINGS["settings"]
     if advantage_estimator != "grpo":
         raise ValueError(f"--advantage_estimator {advantage_estimator}: with dara_kernels.integrations.swift the "
-                         f"advantages are the fused op's {_SETTINGS['method']!r}; drop the plugin for ms-swift's "
+                         f"advantages are the fused op's {settings.method!r}; drop the plugin for ms-swift's "
                          "own estimators")
     if kl_in_reward and beta != 0.0:
         raise ValueError("--kl_in_reward subtracts a KL term from the summed reward, which the fused op does not "
                          "take: use ms-swift's KL loss (--beta without --kl_in_reward)")
     if rewards_per_func.shape[1] == 0:
         raise ValueError("the fused op needs --reward_funcs (rewards_per_func has no column)")
-    out = dk.fused_advantage(rewards_per_func.float(), group_size=num_generations, method=_SETTINGS["method"],
-                             reward_weights=reward_weights.to(rewards_per_func.device), **_SETTINGS["options"])
+    out = advantages(settings, rewards_per_func.float(), group_size=num_generations,
+                     reward_weights=reward_weights.to(rewards_per_func.device)).output
     records = _RECORDS.get()
     if records is not None:
         records.append(out)
@@ -97,42 +90,51 @@ def compute_advantages(rewards_per_func: torch.Tensor, reward_weights: torch.Ten
 def dynamic_sample_signal(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor,
                           num_generations: int) -> torch.Tensor:
     """In place of ms-swift's per-row std of the weighted sum, which `--dynamic_sample` keeps where > 0:
-    1 for the rows of groups where some reward (or the weighted sum) varies, else 0."""
+    1 for the rows of groups the criterion keeps, else 0. A group of one row is dropped, as ms-swift's std
+    (0 there) drops it."""
     groups = torch.arange(rewards_per_func.shape[0]) // num_generations
-    signal = group_signal(rewards_per_func, groups, reward_weights.tolist())
+    signal = decide(_SETTINGS["settings"], rewards_per_func, groups, _SETTINGS["criterion"], reward_weights.tolist())
+    keep = signal.keep(keep_singletons=False)
     records = _RECORDS.get()
     if records is not None:
-        records.append(signal)
-    # ms-swift's std is 0 for a group of one: such a group is dropped, here too.
-    return signal.keep_rows(keep_singletons=False).to(rewards_per_func.device, rewards_per_func.dtype)
+        records.append((signal, keep))
+    return keep[signal.group_of_row].to(rewards_per_func.device, rewards_per_func.dtype)
 
 
-def _metrics(records: list, names) -> dict:
+def _metrics(records: list, names, result) -> dict:
+    """The diagnostics of each advantage call and, for a dynamic-sampling call (which returns the rows it
+    keeps), the sampling metrics over its rounds."""
     metrics: dict = {}
+    sampling = Sampling(_SETTINGS["criterion"])
     for record in records:
         if isinstance(record, dk.AdvantageOutput):
             metrics.update(diagnostics(record, names))
         else:
-            metrics[RESCUED] = metrics.get(RESCUED, 0.0) + record.rescued  # summed over resampling rounds
+            signal, keep = record
+            sampling.add_signal(signal, keep)
+    if sampling.rounds:
+        metrics.update(sampling.metrics(trained_responses=result[1].shape[0]))
     return metrics
 
 
-def _recording(original: Callable, sink: Callable) -> Callable:
-    """A trainer method that hands what compute_advantages / dynamic_sample_signal computed in it to `sink`."""
-    def method(self, *args, **kwargs):
-        records: list = []
-        token = _RECORDS.set(records)
-        try:
-            result = original(self, *args, **kwargs)
-        finally:
-            _RECORDS.reset(token)
-        if records:
-            sink(self, _metrics(records, self.reward_func_names))
-        return result
+def _recording(sink: Callable) -> Callable:
+    """A wrapper of a trainer method that hands what compute_advantages / dynamic_sample_signal computed in it
+    to `sink`."""
+    def wrap(original: Callable) -> Callable:
+        def method(self, *args, **kwargs):
+            records: list = []
+            token = _RECORDS.set(records)
+            try:
+                result = original(self, *args, **kwargs)
+            finally:
+                _RECORDS.reset(token)
+            if records:
+                sink(self, _metrics(records, self.reward_func_names, result))
+            return result
 
-    method.__wrapped__ = original
-    method.__doc__ = original.__doc__
-    return method
+        return method
+
+    return wrap
 
 
 def _log_into(training: Callable) -> Callable:
@@ -157,17 +159,16 @@ def _hf_compute_std(self, samples, rewards_per_func: torch.Tensor) -> torch.Tens
     return dynamic_sample_signal(rewards_per_func, self.reward_weights, num_generations)
 
 
-def _replaced_by(replacement: Callable) -> Callable:
-    def wrapper(original: Callable) -> Callable:
-        replacement.__wrapped__ = original
-        return replacement
-    return wrapper
-
-
 def _unsupported(what: str) -> Callable:
-    def unsupported(*args, **kwargs):
-        raise ValueError(f"dara_kernels.integrations.swift does not cover {what}")
-    return unsupported
+    def make(original: Callable) -> Callable:
+        def unsupported(*args, **kwargs):
+            raise ValueError(f"dara_kernels.integrations.swift does not cover {what}")
+        return unsupported
+    return make
+
+
+def _replacement(function: Callable) -> Callable:
+    return lambda original: function
 
 
 def _import(name: str):
@@ -180,44 +181,52 @@ def _import(name: str):
         raise
 
 
-def _wrap(cls, name: str, wrapper: Callable) -> None:
-    """cls.name = wrapper(cls.name), once (ms-swift's own decorators set __wrapped__ too: a marker of ours)."""
-    original = getattr(cls, name)
-    if not getattr(original, "_dara", False):
-        wrapped = wrapper(original)
-        wrapped._dara = True
-        setattr(cls, name, wrapped)
-
-
-def install() -> list:
-    """Idempotent. Returns the trainer modules it patched."""
-    patched = []
+def patches() -> dict:
+    """Each importable trainer module's name -> its patches."""
+    found = {}
     hf = _import(_HF)
-    hf.compute_advantages = compute_advantages
-    hf.compute_advantages_dynamic = _unsupported("request-aware (multi-turn) grouping (compute_advantages_dynamic)")
-    _wrap(hf.GRPOTrainer, "_compute_advantages", lambda m: _recording(m, _log_into(lambda t: t.model.training)))
-    _wrap(hf.GRPOTrainer, "_dynamic_sampling", lambda m: _recording(m, _log_into(lambda t: True)))
-    _wrap(hf.GRPOTrainer, "compute_std", _replaced_by(_hf_compute_std))
-    patched.append(_HF)
+    found[_HF] = [
+        patching.Patch(hf, "compute_advantages", _replacement(compute_advantages)),
+        patching.Patch(hf, "compute_advantages_dynamic",
+                       _unsupported("request-aware (multi-turn) grouping (compute_advantages_dynamic)")),
+        patching.Patch(hf.GRPOTrainer, "_compute_advantages", _recording(_log_into(lambda t: t.model.training))),
+        patching.Patch(hf.GRPOTrainer, "_dynamic_sampling", _recording(_log_into(lambda t: True))),
+        patching.Patch(hf.GRPOTrainer, "compute_std", _replacement(_hf_compute_std))]
     megatron = _import(_MEGATRON)
     if megatron is not None:
-        megatron.compute_advantages = compute_advantages
-        _wrap(megatron.MegatronGRPOTrainer, "_compute_advantages",
-              lambda m: _recording(m, _log_into(lambda t: t.unwrapped_models[0].training)))
-        # Its _dynamic_sampling computes the weighted sum's std inline: nothing to point elsewhere.
-        megatron.MegatronGRPOTrainer._dynamic_sampling = _unsupported("--dynamic_sample on the Megatron trainer")
-        patched.append(_MEGATRON)
+        found[_MEGATRON] = [
+            patching.Patch(megatron, "compute_advantages", _replacement(compute_advantages)),
+            patching.Patch(megatron.MegatronGRPOTrainer, "_compute_advantages",
+                           _recording(_log_into(lambda t: t.unwrapped_models[0].training))),
+            # Its _dynamic_sampling computes the weighted sum's std inline: nothing to point elsewhere.
+            patching.Patch(megatron.MegatronGRPOTrainer, "_dynamic_sampling",
+                           _unsupported("--dynamic_sample on the Megatron trainer"))]
     driver = _import(_RAY)
     if driver is not None:
-        driver.compute_advantages = compute_advantages
-        driver.compute_std_for_dynamic_sampling = dynamic_sample_signal
-        _wrap(driver.GRPOTrainer, "compute_advantages", lambda m: _recording(m, _hold_for_log))
-        _wrap(driver.GRPOTrainer, "_dynamic_sampling", lambda m: _recording(m, _hold_for_log))
-        _wrap(driver.GRPOTrainer, "_build_grpo_log_metrics",
-              lambda m: with_extra_metrics(m, lambda self, *_: self.__dict__.pop("_dara_metrics", {})))
-        patched.append(_RAY)
-    return patched
+        found[_RAY] = [
+            patching.Patch(driver, "compute_advantages", _replacement(compute_advantages)),
+            patching.Patch(driver, "compute_std_for_dynamic_sampling", _replacement(dynamic_sample_signal)),
+            patching.Patch(driver.GRPOTrainer, "compute_advantages", _recording(_hold_for_log)),
+            patching.Patch(driver.GRPOTrainer, "_dynamic_sampling", _recording(_hold_for_log)),
+            patching.Patch(driver.GRPOTrainer, "_build_grpo_log_metrics", lambda original: with_extra_metrics(
+                original, lambda self, *_: self.__dict__.pop("_dara_metrics", {})))]
+    return found
 
 
-_configure_from_environment()
-PATCHED = install()
+def install(method: Optional[str] = None, signal: str = "any", **options) -> list:
+    """Configure (from the environment when `method` is None) and patch every importable trainer; idempotent.
+    Returns the trainer modules patched."""
+    if method is None:
+        _configure_from_environment()
+    else:
+        configure(method, signal, **options)
+    found = patches()
+    for module_patches in found.values():
+        patching.install(module_patches)
+    return list(found)
+
+
+def uninstall() -> None:
+    for module_patches in patches().values():
+        patching.uninstall(module_patches)
+

@@ -1,43 +1,36 @@
-"""verl's v1 DAPO group filter looking at every reward component.
-
-verl 0.9.1's v1 replay buffer drops a finished group when one number is the
-same for all its trajectories: `rm_scores` (`algorithm.filter_groups.metric=reward`)
-or one `reward_extra_info` key. A group whose components vary while their
-sum is constant is dropped that way, yet GDPO, DARA and unequal weights give
-it non-zero advantages. With this module installed (by
-`dara_kernels.integrations.verl.install`) two more metric names read every
-component named by `algorithm.gdpo_reward_keys`, weighted by
-`algorithm.gdpo_reward_weights`, through the fused op's group flags
-(docs/spec.md#group-signal):
-
-    algorithm.filter_groups.enable=true
-    algorithm.filter_groups.metric=dara_signal      # keep a group where any component varies
-    algorithm.filter_groups.metric=dara_sum_signal  # keep a group where their weighted sum varies
-
-Everything else about the filter (which groups are finished, the refill, the
-classification cache, the `{shared value: count}` diagnostic, here the
-group's summed reward) is verl's.
+"""verl's v1 DAPO group filter deciding on every reward component: `algorithm.filter_groups.metric` `dara_signal`
+(criterion any) or `dara_sum_signal` (sum) read the components of `algorithm.gdpo_reward_keys` through the op's
+flags with the estimators' settings (docs/integration-verl.md). A group of one trajectory is kept, as verl's
+own filter keeps it (it needs two values to compare); everything else about the filter is verl's.
 """
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-import dara_kernels as dk
+from . import patching
+from .core import Run
+from .groups import Sampling, decide
 
-from .groups import group_ids
+# filter_groups.metric -> the criterion that keeps a group.
+SIGNAL_METRICS = {"dara_signal": "any", "dara_sum_signal": "sum"}
 
-# filter_groups.metric -> the fused op's per-row flag that keeps a group.
-SIGNAL_METRICS = {"dara_signal": "informative", "dara_sum_signal": "sum_informative"}
+
+@dataclass
+class _Filter:
+    run: Run
+    criterion: str
+    sampling: Sampling
 
 
 def _signal_filtered_keys(buffer, partition_id: str):
     """ReplayBuffer._dapo_filtered_keys for SIGNAL_METRICS: the finished groups without signal."""
     import transfer_queue as tq
 
-    keys, weights = buffer._dara_components
+    dara: _Filter = buffer._dara_filter
+    keys = dara.run.keys
     finished = buffer.finished_keys[partition_id]
     cache = buffer._dapo_classification_cache[partition_id]
     for uid in cache.keys() - finished:
@@ -56,51 +49,54 @@ def _signal_filtered_keys(buffer, partition_id: str):
     if rows:
         rewards = torch.tensor([[float(info[k]) for k in keys] for info in infos], dtype=torch.float32)
         uids = [row.split("_")[0] for row in rows]
-        out = dk.fused_advantage(rewards, group_index=group_ids(np.array(uids, dtype=object)), method="gdpo",
-                                 reward_weights=weights)
-        keep = getattr(out, SIGNAL_METRICS[buffer.filter_groups_metric]).tolist()
-        summed = (rewards * torch.tensor(weights or [1.0] * len(keys))).sum(1).tolist()
-        for uid, kept, total in zip(uids, keep, summed):
-            cache[uid] = None if kept else total
+        signal = decide(dara.run.settings, rewards, uids, dara.criterion, dara.run.weights)
+        keep = signal.keep(keep_singletons=True)
+        dara.sampling.add_signal(signal, keep)
+        summed = (rewards * torch.tensor(dara.run.weights or [1.0] * len(keys))).nansum(1).tolist()
+        for uid, group, total in zip(uids, signal.group_of_row.tolist(), summed):
+            cache[uid] = None if keep[group] else total
     filtered = {uid: value for uid, value in cache.items() if value is not None}
     return set(filtered), Counter(filtered.values())
 
 
-def _wrap_filtered_keys(original):
+def _filtered_keys(original):
     def _dapo_filtered_keys(self, partition_id: str):
-        if partition_id == "val" or getattr(self, "_dara_components", None) is None:
+        if partition_id == "val" or getattr(self, "_dara_filter", None) is None:
             return original(self, partition_id)
         return _signal_filtered_keys(self, partition_id)
 
-    _dapo_filtered_keys.__wrapped__ = original
     return _dapo_filtered_keys
 
 
-def _wrap_build_replay_buffer(original):
-    def _build_replay_buffer(self):
+def _build_replay_buffer(original):
+    def build(self):
+        from .verl import check_at_launch
+
+        run = check_at_launch(self.config.algorithm)  # the v1 trainer builds its buffer in its constructor
         buffer = original(self)
-        algorithm = self.config.algorithm
-        filter_groups = algorithm.get("filter_groups", None)
-        metric = filter_groups.get("metric", None) if filter_groups is not None else None
-        if getattr(buffer, "filter_groups_metric", None) in SIGNAL_METRICS:
-            keys = algorithm.get("gdpo_reward_keys", None)
-            if not keys:
-                raise ValueError(f"algorithm.filter_groups.metric={metric!r} reads the reward components named by "
-                                 "algorithm.gdpo_reward_keys, which is not set")
-            weights = algorithm.get("gdpo_reward_weights", None)
-            buffer._dara_components = (list(keys), list(weights) if weights is not None else None)
+        criterion = SIGNAL_METRICS.get(getattr(buffer, "filter_groups_metric", None))
+        if criterion is not None:
+            buffer._dara_filter = _Filter(run, criterion, Sampling(criterion))
         return buffer
 
-    _build_replay_buffer.__wrapped__ = original
-    return _build_replay_buffer
+    return build
 
 
-def install() -> None:
-    """Idempotent; needs verl's v1 trainer (transfer_queue installed)."""
+def sampling_metrics(buffer, trained_responses: int) -> dict:
+    """The sampling metrics of the groups the filter classified since the last call; {} without the filter or
+    a classification."""
+    dara = getattr(buffer, "_dara_filter", None)
+    if dara is None or not dara.sampling.rounds:
+        return {}
+    metrics = dara.sampling.metrics(trained_responses)
+    dara.sampling = Sampling(dara.criterion)
+    return metrics
+
+
+def patches() -> list:
+    """Needs verl's v1 trainer (transfer_queue installed)."""
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-    if not hasattr(ReplayBuffer._dapo_filtered_keys, "__wrapped__"):
-        ReplayBuffer._dapo_filtered_keys = _wrap_filtered_keys(ReplayBuffer._dapo_filtered_keys)
-    if not hasattr(PPOTrainer._build_replay_buffer, "__wrapped__"):
-        PPOTrainer._build_replay_buffer = _wrap_build_replay_buffer(PPOTrainer._build_replay_buffer)
+    return [patching.Patch(ReplayBuffer, "_dapo_filtered_keys", _filtered_keys),
+            patching.Patch(PPOTrainer, "_build_replay_buffer", _build_replay_buffer)]

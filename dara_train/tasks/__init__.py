@@ -39,6 +39,12 @@ LENGTH_SHAPES = ("ungated", "gated")
 
 class Task:
     rewards: dict[str, RewardFn]
+    # The value at which a reward counts as satisfied in the joint rate (1 for a binary reward; a task
+    # names its other rewards' full marks).
+    full_marks: dict[str, float] = {}
+
+    def full_mark(self, name: str) -> float:
+        return self.full_marks.get(name, 1.0)
 
     def sample(self, rng, count: int) -> list[Prompt]:
         raise NotImplementedError
@@ -46,11 +52,17 @@ class Task:
     def eval_prompts(self) -> list[Prompt]:
         raise NotImplementedError
 
+    def demonstrations(self, rng, count: int) -> list[tuple[Prompt, str]]:
+        """`count` (prompt, reply text) pairs to pre-train on (`pretrain.steps`)."""
+        raise NotImplementedError(f"task {type(self).__name__} has no demonstrations to pre-train on "
+                                  "(pretrain.steps must be 0)")
+
     def set_step(self, step: int) -> None:
         """The training step about to be scored, for tasks whose rewards change during training."""
 
     def eval_metrics(self, prompts: list[Prompt], responses: list[Response]) -> dict:
-        """Task-specific held-out metrics beyond each reward's mean."""
+        """Task-specific held-out metrics beyond each reward's mean, by name (the evaluation adds its prefix);
+        `prompts[i]` is the prompt of `responses[i]`."""
         return {}
 
     def score(self, names: list[str], prompts: list[Prompt], responses: list[Response]) -> torch.Tensor:
@@ -67,6 +79,10 @@ def build_task(cfg) -> Task:
         from .toy import ToyTask
 
         return ToyTask(cfg)
+    if cfg.name == "toy-budget":
+        from .toy_budget import ToyBudgetTask
+
+        return ToyBudgetTask(cfg)
     if cfg.name == "math":
         from .math import MathTask
 
@@ -75,4 +91,4 @@ def build_task(cfg) -> Task:
         from .toolcall import ToolCallTask
 
         return ToolCallTask(cfg)
-    raise ValueError(f"task.name={cfg.name!r} is not one of toy, math, toolcall")
+    raise ValueError(f"task.name={cfg.name!r} is not one of toy, toy-budget, math, toolcall")

@@ -93,6 +93,8 @@ def messages(entry: dict) -> list[dict]:
 
 
 class ToolCallTask(Task):
+    full_marks = {"correct": 3.0}
+
     def __init__(self, cfg):
         self.cfg = cfg
         entries = load_category(CATEGORY)
@@ -115,4 +117,4 @@ class ToolCallTask(Task):
             call = parse_call(response.text)
             if call is not None and ast_check(prompt.meta["entry"], [{call[0]: call[1]}], CATEGORY):
                 passed += 1
-        return {"eval/bfcl_ast_accuracy": passed / max(len(prompts), 1)}
+        return {"bfcl_ast_accuracy": passed / max(len(prompts), 1)}

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 pytest.importorskip("skyrl")
+import drift  # noqa: E402
 from skyrl.backends.skyrl_train.utils import ppo_utils  # noqa: E402
 from skyrl.train.config import SkyRLTrainConfig  # noqa: E402
 from skyrl.train.entrypoints import main_base  # noqa: E402
@@ -19,6 +20,7 @@ from skyrl.train.trainer import RayPPOTrainer  # noqa: E402
 import dara_kernels as dk  # noqa: E402
 import dara_kernels.integrations.skyrl as dara_skyrl  # noqa: E402
 
+dara_skyrl.install()  # what main() does before SkyRL builds its config and trainer
 KEYS = ["accuracy", "format", "length"]
 WEIGHTS = [1.0, 0.5, 2.0]
 
@@ -41,7 +43,7 @@ def trainer(cfg, cls=dara_skyrl.DaraRayPPOTrainer, dp_size=5):
     return t
 
 
-def generator_output(components: np.ndarray, seed: int = 0) -> dict:
+def generator_output(components: np.ndarray, seed: int = 0, weights=WEIGHTS) -> dict:
     """One response per row of components [N, K]; the scalar reward is their weighted sum, as an environment
     that reports components would give."""
     rng = np.random.default_rng(seed)
@@ -50,7 +52,7 @@ def generator_output(components: np.ndarray, seed: int = 0) -> dict:
     return {
         "prompt_token_ids": [[5, 6, 7] for _ in range(n)],
         "response_ids": [list(rng.integers(10, 50, k)) for k in lengths],
-        "rewards": [float(np.nansum(c * WEIGHTS)) for c in components],
+        "rewards": [float(np.nansum(c * weights)) for c in components],
         "loss_masks": [[1] * k for k in lengths],
         "stop_reasons": ["stop"] * n,
         "rollout_logprobs": None,
@@ -144,7 +146,8 @@ def test_config_route():
     algorithm = cfg.trainer.algorithm
     assert algorithm.dara_reward_keys == ["accuracy", "format"] and algorithm.dara_reward_weights == [1.0, 0.5]
     assert dict(algorithm.dara_options) == {"alpha": 0.25, "calibration": "symmetric"}
-    assert dara_skyrl.settings(algorithm).options == {"alpha": 0.25, "calibration": "symmetric"}
+    assert dara_skyrl.settings(algorithm).run.settings.options == {"scale_by_std": True, "alpha": 0.25,
+                                                               "calibration": "symmetric"}
     with pytest.raises(ValueError, match="Invalid fields"):
         SkyRLTrainConfig.from_cli_overrides(["trainer.algorithm.dara_reward_keys=[accuracy]"])
     for name in dara_skyrl.ESTIMATORS:
@@ -171,7 +174,7 @@ def test_skyrl_main_dispatches_to_ours(monkeypatch):
 
 @pytest.mark.parametrize("overrides,match", [
     (dict(keys=[]), "dara_reward_keys"),
-    (dict(weights=[1.0]), "dara_reward_weights for 3"),
+    (dict(weights=[1.0]), "1 reward weights for the 3 trainer.algorithm.dara_reward_keys"),
     (dict(options={"calibration": "positive", "method": "gdpo"}), "calibration applies to"),
     (dict(options={"group_index": 1}), "may not set"),
     (dict(use_kl_in_reward=True, use_kl_loss=False), "use_kl_in_reward"),
@@ -219,7 +222,11 @@ def test_dynamic_sampling_keeps_a_group_where_only_the_components_vary(strategy)
         assert kept["rewards"] == [output["rewards"][i] for i in rows]
         assert kept["env_metrics"] == [output["env_metrics"][i] for i in rows]
     assert "dara_rewards" not in kept
-    assert ours.all_metrics[dara_skyrl.RESCUED_DYNAMIC] == 1
+    # one round: prompt-0 and prompt-1 of 3 kept, prompt-1's rewards trade off at a constant sum
+    assert {k: v for k, v in ours.all_metrics.items() if k.startswith("dara/sampling/")} == {
+        "dara/sampling/rounds": 1, "dara/sampling/acceptance_rate": 2 / 3,
+        "dara/sampling/generation_overhead": 12 / len(kept_uids), "dara/sampling/informative_groups_discarded": 0,
+        "dara/sampling/reverse_conflict_rate": 1 / 3}
 
 
 def generator_output_copy(output):
@@ -235,5 +242,57 @@ def test_zero_variance_filter_keeps_a_group_where_only_the_components_vary():
     t = trainer(cfg)
     ours, _ = t.postprocess_generator_output(generator_output_copy(output), uids)
     assert [sum(m) > 0 for m in ours["loss_masks"]] == [True] * 8 + [False] * 4
-    assert t.all_metrics[dara_skyrl.RESCUED_ZERO_VARIANCE] == 1
+    assert t.all_metrics["dara/zero_variance_filter/reverse_conflict_rate"] == 1 / 3
+    assert t.all_metrics["dara/zero_variance_filter/generation_overhead"] == 12 / 8
     assert t.all_metrics["reward/num_zero_variance_filtered"] == 1
+
+
+@pytest.mark.parametrize("method", dk.METHODS)
+def test_every_method_through_dara_options(method):
+    output, uids, components = random_batch(3)
+    data = advantage_step(trainer(config("dara", {"method": method})), output, uids)
+    expected = dk.fused_advantage(torch.tensor(components, dtype=torch.float32), method=method,
+                                  group_index=dara_skyrl.group_ids(uids), reward_weights=WEIGHTS,
+                                  response_mask=data["response_mask"][:len(uids)])
+    assert torch.equal(data["advantages"][:len(uids)], expected.token_advantages)
+
+
+def test_skyrl_tolerance_is_the_ops():
+    """SkyRL's own tolerance would decide the filter and not the advantages: it stops the launch."""
+    with pytest.raises(ValueError, match=r"zero_variance_filter_tol=0.0 .* set trainer\.algorithm\.dara_options"
+                                         r"\.active_tol"):
+        trainer(config("dara", zero_variance_filter=True, zero_variance_filter_tol=0.0))
+
+
+def drift_output(masked: bool):
+    """drift's batch; `masked`: one-live down to one live row (loss masks of the others 0)."""
+    output = generator_output(drift.components(), weights=drift.WEIGHTS)
+    if masked:
+        output["loss_masks"] = [m if live else [0] * len(m) for m, live in zip(output["loss_masks"], drift.live())]
+    return output, drift.uids()
+
+
+@pytest.mark.parametrize("criterion", ["any", "sum"])
+def test_drift_batch_through_advantages_and_both_filters(criterion):
+    """drift's non-default active_tol and nan_policy reach the advantages, the zero-variance filter (on live rows,
+    a group of one live row kept, as SkyRL keeps it) and dynamic sampling (every row)."""
+    def cfg(**algorithm):
+        return config("dara", dict(drift.OPTIONS), weights=drift.WEIGHTS, prompts=6, dara_signal=criterion,
+                      **algorithm)
+
+    output, uids = drift_output(masked=False)
+    data = advantage_step(trainer(cfg()), output, uids)
+    expected = drift.expected(response_mask=data["response_mask"][:len(uids)])
+    assert torch.equal(data["advantages"][:len(uids)], expected.token_advantages)
+
+    output, uids = drift_output(masked=True)
+    t = trainer(cfg(zero_variance_filter=True))
+    filtered, _ = t.postprocess_generator_output(output, uids)
+    live_groups = {u for u, m in zip(uids, filtered["loss_masks"]) if sum(m) > 0}
+    assert live_groups == drift.kept(criterion, keeps_singletons=True, masked=True)
+
+    output, uids = drift_output(masked=False)
+    t = trainer(cfg(dynamic_sampling={"type": "replace"}), dp_size=1)
+    kept, kept_uids, again = t.handle_dynamic_sampling(output, list(uids))  # the groups without signal replaced
+    assert not again and set(kept_uids) == drift.kept(criterion, keeps_singletons=False, masked=False)
+    assert t.all_metrics["dara/sampling/informative_groups_discarded"] == {"any": 0, "sum": 1}[criterion]

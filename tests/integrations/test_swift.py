@@ -3,6 +3,7 @@
 `_build_grpo_log_metrics`, each called on a stand-in for the trainer (the attributes those methods read) with
 synthetic multi-reward batches; then `swift rlhf --rlhf_type grpo` itself for a few steps on CPU. Runs where
 ms-swift is installed (CI: the ms-swift virtual environment of scripts/run.sh)."""
+import json
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -10,12 +11,16 @@ import pytest
 import torch
 
 pytest.importorskip("swift")
+import drift  # noqa: E402
 import swift.rlhf_trainers.grpo_trainer as hf  # noqa: E402
 from swift.ray.megatron import grpo_trainer as driver  # noqa: E402
 from swift.rl_core import advantage, grpo_algorithm  # noqa: E402
 
 import dara_kernels as dk  # noqa: E402
 import dara_kernels.integrations.swift as dara_swift  # noqa: E402
+from dara_kernels.integrations import patching  # noqa: E402
+
+PATCHED = dara_swift.install()  # what the plugin file does
 
 NAMES = ["accuracy", "format", "length"]
 WEIGHTS = torch.tensor([1.0, 0.5, 2.0])
@@ -38,10 +43,10 @@ class HFStandIn:
     _dynamic_sampling = hf.GRPOTrainer._dynamic_sampling
     compute_std = hf.GRPOTrainer.compute_std
 
-    def __init__(self, generation_batch_size: int = 0):
+    def __init__(self, generation_batch_size: int = 0, num_generations: int = G, weights=WEIGHTS):
         self.model = SimpleNamespace(training=True)
-        self.num_generations = self.num_generations_eval = G
-        self.reward_weights = WEIGHTS
+        self.num_generations = self.num_generations_eval = num_generations
+        self.reward_weights = torch.tensor(weights)
         self.reward_func_names = NAMES
         self.advantage_estimator, self.scale_rewards = "grpo", "gdpo"
         self.kl_in_reward, self.beta = False, 0.0
@@ -60,10 +65,18 @@ def default_settings():
 
 
 def test_install_patched_the_trainers_that_import_here():
-    assert dara_swift.PATCHED == ["swift.rlhf_trainers.grpo_trainer", "swift.ray.megatron.grpo_trainer"]
-    assert hf.compute_advantages is dara_swift.compute_advantages
-    assert driver.compute_advantages is dara_swift.compute_advantages
-    assert advantage.compute_advantages is not dara_swift.compute_advantages  # ms-swift's own function untouched
+    assert PATCHED == ["swift.rlhf_trainers.grpo_trainer", "swift.ray.megatron.grpo_trainer"]
+    assert dara_swift.install() == PATCHED  # idempotent
+    for module in (hf, driver):
+        assert module.compute_advantages.__wrapped__ is advantage.compute_advantages
+    assert not hasattr(advantage.compute_advantages, patching.ORIGINAL)  # ms-swift's own function untouched
+    wrapped = hf.GRPOTrainer._dynamic_sampling
+    dara_swift.uninstall()
+    try:
+        assert hf.compute_advantages is advantage.compute_advantages
+        assert hf.GRPOTrainer._dynamic_sampling is wrapped.__wrapped__
+    finally:
+        dara_swift.install()
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -102,7 +115,7 @@ def test_dara_equals_op_and_logs_metrics(options):
 def test_options_from_the_environment(monkeypatch):
     monkeypatch.setenv(dara_swift.METHOD_ENV, "static")
     monkeypatch.setenv(dara_swift.OPTIONS_ENV, '{"calibration": "positive"}')
-    dara_swift._configure_from_environment()
+    dara_swift.install()
     r = rewards(3)
     expected = dk.fused_advantage(r, group_size=G, method="static", reward_weights=WEIGHTS, calibration="positive")
     assert torch.equal(HFStandIn()._compute_advantages([], r, []), expected.advantages)
@@ -122,7 +135,7 @@ def test_bad_settings_stop_at_configure(method, options, match):
 def test_bad_environment_json(monkeypatch):
     monkeypatch.setenv(dara_swift.OPTIONS_ENV, "alpha=1")
     with pytest.raises(ValueError, match="JSON object"):
-        dara_swift._configure_from_environment()
+        dara_swift.install()
 
 
 @pytest.mark.parametrize("attribute,match", [("advantage_estimator", "advantage_estimator rloo"),
@@ -162,7 +175,43 @@ def test_dynamic_sample_keeps_a_group_where_only_the_components_vary():
     kept, kept_rewards = trainer._dynamic_sampling(samples, r)
     assert kept == samples[:8]
     assert torch.equal(kept_rewards, r[:8])
-    assert trainer._metrics["train"][dara_swift.RESCUED] == [1]
+    # one round: 2 of 3 groups kept, 1 whose rewards trade off at a constant sum, 12 responses for 8 trained on
+    assert {k: v for k, v in trainer._metrics["train"].items() if k.startswith("dara/sampling/")} == {
+        "dara/sampling/rounds": [1], "dara/sampling/acceptance_rate": [2 / 3],
+        "dara/sampling/generation_overhead": [1.5], "dara/sampling/informative_groups_discarded": [0],
+        "dara/sampling/reverse_conflict_rate": [1 / 3]}
+
+
+@pytest.mark.parametrize("method", dk.METHODS)
+def test_every_method_through_the_method_setting(method, monkeypatch):
+    monkeypatch.setenv(dara_swift.METHOD_ENV, method)
+    dara_swift.install()
+    r = rewards(6)
+    expected = dk.fused_advantage(r, group_size=G, method=method, reward_weights=WEIGHTS)
+    trainer = HFStandIn()
+    assert torch.equal(trainer._compute_advantages([], r, []), expected.advantages)
+    assert trainer._metrics["train"]["dara/batch_std"] == [pytest.approx(float(expected.batch_std))]
+
+
+@pytest.mark.parametrize("criterion", ["any", "sum"])
+def test_drift_batch_through_advantages_and_dynamic_sample(criterion, monkeypatch):
+    """drift's non-default active_tol and nan_policy reach both; ms-swift has no response masks, so one-live is a
+    full group here."""
+    monkeypatch.setenv(dara_swift.OPTIONS_ENV, json.dumps(drift.OPTIONS))
+    monkeypatch.setenv(dara_swift.SIGNAL_ENV, criterion)
+    dara_swift.install()
+    r = torch.tensor(drift.components())
+    trainer = HFStandIn(weights=drift.WEIGHTS)
+    assert torch.equal(trainer._compute_advantages([], r, []), drift.expected().advantages)
+    keep = trainer.compute_std([], r).view(-1, G)[:, 0] > 0
+    assert {name for name, k in zip(drift.GROUPS, keep) if k} == drift.kept(criterion, False, masked=False)
+
+
+def test_a_group_of_one_is_dropped_as_ms_swift_drops_it():
+    r = torch.tensor(drift.components())
+    trainer = HFStandIn(num_generations=1, weights=drift.WEIGHTS)
+    assert hf.GRPOTrainer.compute_std.__wrapped__(trainer, [], r).abs().max() == 0  # ms-swift's own
+    assert trainer.compute_std([], r).abs().max() == 0
 
 
 class DriverStandIn:
@@ -209,7 +258,7 @@ def test_ray_driver_dynamic_sample_and_metrics(monkeypatch):
     expected = dk.fused_advantage(rewards(5), group_size=G, method="dara", reward_weights=WEIGHTS)
     assert torch.equal(advantages, expected.advantages)
     metrics = trainer._build_grpo_log_metrics(weighted, advantages, rewards(5))
-    assert metrics[dara_swift.RESCUED] == 1
+    assert metrics["dara/sampling/reverse_conflict_rate"] == 0.5 and metrics["dara/sampling/rounds"] == 1
     assert metrics["dara/density/accuracy"] == pytest.approx(float(expected.density[0]))
     assert "reward" in metrics  # ms-swift's own
     assert "dara/density/accuracy" not in trainer._build_grpo_log_metrics(weighted, advantages, rewards(5))
@@ -218,7 +267,9 @@ def test_ray_driver_dynamic_sample_and_metrics(monkeypatch):
 PLUGIN = '''
 from swift.rewards import ORM, orms
 
-import dara_kernels.integrations.swift  # noqa: F401
+from dara_kernels.integrations import swift
+
+swift.install()
 
 
 class LeadingDigit(ORM):
@@ -303,3 +354,4 @@ def test_swift_rlhf_grpo_runs_on_cpu_with_the_plugin(tmp_path):
             assert 0.0 <= step[f"dara/density/{name}"] <= 1.0
             assert step[f"dara/energy/{name}"] >= 0.0
     assert any(step["dara/density/LeadingDigit"] > 0 for step in logged), "no reward varied: nothing was tested"
+    assert all(0.0 <= step["dara/sampling/acceptance_rate"] <= 1.0 for step in logged)

@@ -9,11 +9,13 @@ import pytest
 import torch
 
 pytest.importorskip("trl")
+import drift  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
+import dara_kernels as dk  # noqa: E402
 from dara_kernels.integrations.trl import DaraGRPOTrainer  # noqa: E402
 
 CHARS = list("0123456789+=# abc")
@@ -106,8 +108,6 @@ def test_gdpo_trl_preset_equals_trl_normalize_then_sum(tmp_path):
                                             ("rvpo", {"rvpo_k": 2.0}), ("dara", {"no_signal": "zero"})],
                          ids=["dara-asym", "static-asym", "rvpo", "dara-no-signal-zero"])
 def test_dara_equals_op_and_logs_metrics(tmp_path, method, options):
-    import dara_kernels as dk
-
     trainer = run(RecordingDara, tmp_path, advantage_method=method, advantage_options=options)
     for record in trainer.records:
         expected = dk.fused_advantage(record["rewards"], group_size=4, method=method,
@@ -116,6 +116,33 @@ def test_dara_equals_op_and_logs_metrics(tmp_path, method, options):
     logged = [h for h in trainer.state.log_history if "dara/density/has_marker" in h]
     assert logged and all(0.0 <= h["dara/density/has_marker"] <= 1.0 for h in logged)
     assert all(math.isfinite(h["dara/weight/digit_count"]) for h in logged)
+
+
+def untrained(tmp_path, method, options=None, weights=None, funcs=(has_marker, digit_count, short)):
+    """A DaraGRPOTrainer as built for a run (nothing generated): its advantage step on given rewards."""
+    args = GRPOConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, report_to="none",
+                      use_cpu=True, reward_weights=weights)
+    return DaraGRPOTrainer(model=model(), processing_class=tokenizer(), reward_funcs=list(funcs), args=args,
+                           train_dataset=Dataset.from_dict({"prompt": ["1+1="]}), advantage_method=method,
+                           advantage_options=options)
+
+
+@pytest.mark.parametrize("method", dk.METHODS)
+def test_every_method_through_advantage_method(tmp_path, method):
+    trainer = untrained(tmp_path, method)
+    rewards = torch.tensor(drift.components())
+    expected = dk.fused_advantage(rewards, group_size=4, method=method, reward_weights=trainer.reward_weights)
+    assert torch.equal(trainer.dara_advantages(rewards), expected.advantages)
+    logged = trainer._metrics["train"]
+    assert logged["dara/batch_std"] == [pytest.approx(float(expected.batch_std))]
+    assert logged["dara/density/digit_count"] == [pytest.approx(float(expected.density[1]))]
+
+
+def test_drift_batch_gives_the_ops_advantages(tmp_path):
+    """drift's non-default active_tol and nan_policy reach the op (TRL has no group filter)."""
+    trainer = untrained(tmp_path, "dara", drift.OPTIONS, drift.WEIGHTS)
+    advantages = trainer.dara_advantages(torch.tensor(drift.components()))
+    assert torch.equal(advantages, drift.expected().advantages)
 
 
 def test_options_checked_before_the_model_loads(tmp_path):

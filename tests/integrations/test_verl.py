@@ -18,6 +18,7 @@ import pytest
 import torch
 
 verl = pytest.importorskip("verl")
+import drift  # noqa: E402
 import transfer_queue  # noqa: E402
 from hydra import compose, initialize_config_module  # noqa: E402
 from omegaconf import open_dict  # noqa: E402
@@ -30,8 +31,11 @@ from verl.trainer.ppo.v1 import PPOTrainerSync  # noqa: E402
 from verl.trainer.ppo.v1.utils import MetricsAggregator  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
+import dara_kernels as dk  # noqa: E402
 import dara_kernels.integrations.verl as dara_verl  # noqa: E402
+from dara_kernels.integrations import verl_dapo  # noqa: E402
 
+dara_verl.install()  # what Ray's worker_process_setup_hook runs in each worker
 KEYS = ["accuracy", "format", "length"]
 
 
@@ -107,8 +111,6 @@ def test_data_metrics_carry_the_diagnostics():
 ], ids=["dara-asym", "dara-sym-capped-at-2", "static-asym"])
 def test_dara_options_reach_the_op(options, weights, expected):
     """The paper's arms through algorithm.dara_options: the same advantages as the op called directly."""
-    import dara_kernels as dk
-
     dara_verl.configure()
     config = AlgoConfig(gdpo_reward_keys=KEYS, gdpo_reward_weights=weights)
     config.dara_options = options
@@ -120,31 +122,77 @@ def test_dara_options_reach_the_op(options, weights, expected):
     assert torch.equal(data.batch["advantages"], direct.token_advantages)
 
 
-@pytest.mark.parametrize("options", [{}, {"rvpo_k": 0.25}], ids=["k=1", "k=0.25"])
-def test_rvpo_through_dispatcher_equals_the_op(options):
-    """The authors' RVPO baseline as verl runs it: adv_estimator=rvpo, token whitening over the mask."""
-    import dara_kernels as dk
-
+@pytest.mark.parametrize("method", dk.METHODS)
+def test_every_method_through_dara_options(method):
+    """Every method of the op through the one route, algorithm.dara_options.method (the authors' RVPO
+    baseline as they run it: token whitening over the mask)."""
     dara_verl.configure()
     config = AlgoConfig(gdpo_reward_keys=KEYS)
-    config.dara_options = dict(options)
+    config.dara_options = {"method": method}
     batch = make_batch(5)
-    data = ray_trainer.compute_advantage(copy.deepcopy(batch), adv_estimator="rvpo", config=config)
+    data = ray_trainer.compute_advantage(copy.deepcopy(batch), adv_estimator="dara", config=config)
     rewards = torch.from_numpy(np.stack([batch.non_tensor_batch[k].astype(np.float32) for k in KEYS], 1))
     direct = dk.fused_advantage(rewards, group_index=dara_verl.group_ids(batch.non_tensor_batch["uid"]),
-                                method="rvpo", preset="verl", response_mask=batch.batch["response_mask"], **options)
+                                method=method, preset="verl", response_mask=batch.batch["response_mask"])
     assert torch.equal(data.batch["advantages"], direct.token_advantages)
+
+
+def test_gdpo_fused_takes_no_method():
     config = AlgoConfig(gdpo_reward_keys=KEYS)
     config.dara_options = {"method": "dara"}
-    with pytest.raises(ValueError, match="runs method rvpo"):
-        ray_trainer.compute_advantage(copy.deepcopy(batch), adv_estimator="rvpo", config=config)
+    with pytest.raises(ValueError, match="dara_options.method is for the dara estimator"):
+        ray_trainer.compute_advantage(make_batch(4), adv_estimator="gdpo_fused", config=config)
 
 
-def test_dara_options_method_must_be_dara_or_static():
-    config = AlgoConfig(gdpo_reward_keys=KEYS)
-    config.dara_options = {"method": "grpo"}
-    with pytest.raises(ValueError, match="dara or static"):
-        ray_trainer.compute_advantage(make_batch(4), adv_estimator="dara", config=config)
+def drift_batch(present=None) -> DataProto:
+    """drift's batch as a legacy DataProto; `present` [N] bool: the rows that exist."""
+    comps, uids = drift.components(), np.array(drift.uids(), dtype=object)
+    keep = np.ones(len(uids), bool) if present is None else present
+    n, width = int(keep.sum()), 3
+    mask = torch.ones(n, width)
+    return DataProto.from_dict(
+        tensors={"prompts": torch.zeros(n, 2, dtype=torch.long), "attention_mask": torch.ones(n, 2 + width).long(),
+                 "response_mask": mask, "token_level_rewards": torch.zeros(n, width)},
+        non_tensors={"uid": uids[keep], **{k: comps[keep, i] for i, k in enumerate(drift.KEYS)}})
+
+
+@pytest.mark.parametrize("estimator,method", [("dara", "dara"), ("gdpo_fused", "gdpo")])
+def test_drift_batch_gives_the_ops_advantages(estimator, method):
+    """drift's non-default active_tol and nan_policy reach the estimators."""
+    dara_verl.configure()
+    config = AlgoConfig(gdpo_reward_keys=drift.KEYS, gdpo_reward_weights=drift.WEIGHTS)
+    config.dara_options = dict(drift.OPTIONS)
+    data = ray_trainer.compute_advantage(drift_batch(), adv_estimator=estimator, config=config)
+    expected = drift.expected(method, preset="verl", response_mask=data.batch["response_mask"])
+    assert torch.equal(data.batch["advantages"], expected.token_advantages)
+
+
+@pytest.mark.parametrize("trainer_class", ["v1", "legacy"])
+def test_bad_settings_stop_the_trainers_construction(verl_config, trainer_class):
+    """Before any worker, rollout or step: the v1 trainer checks in its constructor's _build_replay_buffer,
+    the legacy one in its constructor."""
+    config = copy.deepcopy(verl_config)
+    config.algorithm.dara_options = {"calibration": "positive", "method": "gdpo"}
+    with pytest.raises(ValueError, match=r"algorithm\.dara_options: calibration applies to"):
+        if trainer_class == "v1":
+            trainer = object.__new__(PPOTrainerSync)
+            trainer.config = config
+            trainer._build_replay_buffer()
+        else:
+            ray_trainer.RayPPOTrainer(config, tokenizer=None, role_worker_mapping={}, resource_pool_manager=None)
+
+
+def test_install_is_idempotent_and_uninstall_restores():
+    wrapped = ray_trainer.compute_advantage
+    dara_verl.install()
+    assert ray_trainer.compute_advantage is wrapped
+    try:
+        dara_verl.uninstall()
+        assert ray_trainer.compute_advantage is wrapped.__wrapped__
+        assert "dara" not in verl.trainer.ppo.core_algos.ADV_ESTIMATOR_REGISTRY
+    finally:
+        dara_verl.install()
+    assert "dara" in verl.trainer.ppo.core_algos.ADV_ESTIMATOR_REGISTRY
 
 
 @pytest.mark.parametrize("estimator", ["gdpo", "grpo", "rloo"])
@@ -242,6 +290,7 @@ def v1_trainer(config, colocated: bool):
     trainer = object.__new__(PPOTrainerSync)
     trainer.config = config
     trainer.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=None if colocated else [object()])
+    trainer.replay_buffer = None  # no DAPO filter
     return trainer
 
 
@@ -434,6 +483,43 @@ def test_v1_dapo_filter_names_missing_components(tq, verl_config):
     config.algorithm.filter_groups.enable = True
     config.algorithm.filter_groups.metric = "dara_signal"
     config.algorithm.gdpo_reward_keys = ["accuracy", "no_such_reward"]
+    config.algorithm.gdpo_reward_weights = None
     buffer = replay_buffer_with(tq, config, signal_rows())
     with pytest.raises(RuntimeError, match="no_such_reward"):
         buffer._dapo_filtered_keys(PARTITION)
+
+
+def drift_rows() -> list[dict]:
+    """drift's batch as v1 rows; one-live down to its one live trajectory."""
+    comps, uids, live = drift.components(), drift.uids(), drift.live()
+    return [{"key": f"{uid}_{i}_0", "uid": uid, "mask": torch.ones(3, dtype=torch.int64),
+             "components": dict(zip(drift.KEYS, map(float, comps[i])))} for i, uid in enumerate(uids) if live[i]]
+
+
+@pytest.mark.parametrize("metric,criterion", [("dara_signal", "any"), ("dara_sum_signal", "sum")])
+def test_v1_dapo_filter_on_the_drift_batch(tq, verl_config, metric, criterion):
+    """The filter decides with algorithm.dara_options (drift's non-default active_tol and nan_policy) and keeps a
+    group of one trajectory, as verl's own filter does; the step's metrics get the sampling metrics."""
+    config = copy.deepcopy(verl_config)
+    config.algorithm.filter_groups.enable = True
+    config.algorithm.filter_groups.metric = metric
+    config.algorithm.gdpo_reward_keys, config.algorithm.gdpo_reward_weights = drift.KEYS, drift.WEIGHTS
+    config.algorithm.dara_options = dict(drift.OPTIONS)
+    rows = drift_rows()
+    buffer = replay_buffer_with(tq, config, rows)
+    filtered, _ = buffer._dapo_filtered_keys(PARTITION)
+    kept = drift.kept(criterion, keeps_singletons=True, masked=True)
+    assert set(drift.GROUPS) - filtered == kept
+    trainer = v1_trainer(config, colocated=False)
+    trainer.replay_buffer = buffer
+    kept_rows = [r for r in rows if r["uid"] in kept]
+    batch = transfer_queue.KVBatchMeta(keys=[r["key"] for r in kept_rows], tags=[{}] * len(kept_rows),
+                                       partition_id=PARTITION)
+    metrics: dict = {}
+    trainer._compute_advantage(batch, metrics=metrics)
+    assert {k: v for k, v in metrics.items() if k.startswith("dara/sampling/")} == {
+        "dara/sampling/rounds": 1, "dara/sampling/acceptance_rate": len(kept) / 6,
+        "dara/sampling/generation_overhead": len(rows) / len(kept_rows),
+        "dara/sampling/informative_groups_discarded": {"any": 0, "sum": 1}[criterion],
+        "dara/sampling/reverse_conflict_rate": 1 / 6}
+    assert verl_dapo.sampling_metrics(buffer, len(kept_rows)) == {}  # counted once

@@ -1,12 +1,10 @@
-"""Seeded batches for the sweeps: layouts, reward kinds and odd sizes."""
+"""Seeded batches for the sweeps (the check's and the tests'): layouts,
+reward kinds and odd sizes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
-
-# Odd sizes in every sweep: N = 97, groups of 1 and of 13.
-FIXED_LAYOUTS = [(97, 97), (97, 1), (104, 13), (64, 8)]
 
 
 @dataclass
@@ -101,6 +99,29 @@ def calibration_rewards(gen: torch.Generator, n: int) -> torch.Tensor:
     return torch.stack([correct, fmt, length, torch.ones(n, dtype=torch.float64)], 1)
 
 
-# (label, ratio of |mean| to spread, scale_by_std): the offsets the issue
-# measured errors at, up to 1e4, with and without scaling by the std.
-OFFSET_CASES = [(f"offset{int(r)}-{'std' if s else 'nostd'}", r, s) for r in (16.0, 100.0, 1e4) for s in (True, False)]
+def signal_rewards(gen: torch.Generator, n: int) -> torch.Tensor:
+    """K = 4 in groups of 4: correctness, a rare format reward, a graded
+    length reward and a reward active nowhere; the first group perfect on
+    every reward (no signal), the second with rewards that vary while their
+    sum is constant (a conflict group), a missing entry in the third."""
+    rewards = calibration_rewards(gen, n)
+    rewards[:4] = 1.0
+    rewards[4:8, :3] = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 1.0]]).repeat(2, 1)
+    rewards[9, 2] = float("nan")
+    return rewards
+
+
+def gate_rewards(gen: torch.Generator, n: int) -> torch.Tensor:
+    """K = 4: correctness (0/1), a format reward (0/1), a graded length reward
+    (-2 to 2) and a graded gate with negative, zero and positive values; about
+    one entry in eight missing in every column but the format one, so that
+    gates and gated entries are missing, alone and together."""
+    correct = (torch.rand(n, generator=gen) < 0.5).double()
+    fmt = (torch.rand(n, generator=gen) < 0.3).double()
+    length = torch.randint(-2, 3, (n,), generator=gen).double()
+    graded = torch.tensor([-1.0, 0.0, 0.5, 2.0], dtype=torch.float64)[torch.randint(0, 4, (n,), generator=gen)]
+    rewards = torch.stack([correct, fmt, length, graded], 1)
+    for column in (0, 2, 3):
+        rewards[torch.rand(n, generator=gen) < 0.125, column] = float("nan")
+    return rewards
+

@@ -1,0 +1,180 @@
+"""What the check does: finds the backends that can run here (and why the
+others cannot), compares each on every call against the float64 reference,
+and times one call of each on the verl-shaped and the paper's batch."""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import statistics
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+import torch
+
+from ..backends import unavailable_reason
+from ..wire import MAX_REWARDS, METHODS
+from .batches import paper_batch, verl_shaped_batch
+from .compare import TOLERANCES, Comparison, compare
+from .sweeps import (
+    Call,
+    calibration_calls,
+    gate_calls,
+    no_signal_calls,
+    offset_calls,
+    soft_minimum_calls,
+    spreadless_calls,
+)
+from .table_sweeps import dtype_calls, k_range_calls, option_calls
+
+COMPILED_BACKENDS = tuple(MAX_REWARDS)
+TIMED_CALLS = 5
+
+
+def backend_device(name: str) -> tuple[Optional[str], Optional[str]]:
+    """(device, None) where `name` runs here, else (None, why not)."""
+    if name == "cpu":
+        reason = unavailable_reason("cpu", torch.device("cpu"))
+        return (None, reason) if reason else ("cpu", None)
+    if not torch.cuda.is_available():
+        why = f"torch {torch.__version__} sees no CUDA device"
+        if name == "triton":
+            why += " (the Triton interpreter on CPU is for the package's tests, not this check)"
+        return None, why
+    reason = unavailable_reason(name, torch.device("cuda"))
+    return (None, reason) if reason else ("cuda", None)
+
+
+def check_calls(max_k: int, edges: tuple[int, ...]) -> Iterator[Call]:
+    return itertools.chain(
+        k_range_calls(max_k, edges), option_calls(), dtype_calls(),
+        *(offset_calls(method) for method in METHODS),
+        calibration_calls(), spreadless_calls(), soft_minimum_calls(), no_signal_calls(), gate_calls())
+
+
+@dataclass
+class Failure:
+    call: str
+    problem: str
+
+
+@dataclass
+class BackendResult:
+    name: str
+    device: str
+    cases: int = 0
+    worst_ratio: float = 0.0  # the worst error over its tolerance
+    worst_error: float = 0.0
+    worst_tolerance: float = 0.0
+    worst_call: str = ""
+    sweep_seconds: float = 0.0  # spent in this backend's sweep calls (Triton's first compiles too)
+    failures: list[Failure] = field(default_factory=list)
+    timings_ms: dict[str, Optional[float]] = field(default_factory=dict)
+
+    def record(self, call: Call, error: float, field_name: str, problem: Optional[str]) -> None:
+        self.cases += 1
+        if problem is not None:
+            self.failures.append(Failure(call.describe(), problem))
+            return
+        tolerance = TOLERANCES[self.name][call.rewards.dtype]
+        if error / tolerance > self.worst_ratio or not self.worst_call:
+            self.worst_ratio, self.worst_error, self.worst_tolerance = error / tolerance, error, tolerance
+            self.worst_call = call.describe()
+        if error > tolerance:
+            self.failures.append(Failure(call.describe(), f"{field_name} relative error {error:.3g} > {tolerance:g}"))
+
+
+def _outcome(call: Call, backend: str, device: str):
+    """The call's output, or what it raised (a CUDA kernel's error surfaces at the synchronisation)."""
+    try:
+        out = call.run(backend, device)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return out
+    except Exception as err:  # noqa: BLE001 - an error is an outcome to compare with the reference's
+        return err
+
+
+def _said(outcome) -> str:
+    return repr(outcome) if isinstance(outcome, Exception) else "a result"
+
+
+def _error(out, ref) -> Comparison:
+    """compare(), for an output or an exception on either side (the same exception is a match)."""
+    if isinstance(ref, Exception) or isinstance(out, Exception):
+        if type(out) is type(ref) and str(out) == str(ref):
+            return Comparison(0.0, "", None)
+        return Comparison(math.inf, "", f"gave {_said(out)} where the reference gave {_said(ref)}")
+    return compare(out, ref)
+
+
+@contextlib.contextmanager
+def sweep_settings():
+    """For the sweep's small calls: fresh allocations filled with NaN (the
+    dtype's max for integers), so that an output element a kernel forgot to
+    write fails the comparison instead of passing by luck (torch's
+    deterministic mode does the filling); and one CPU thread, as the
+    reference's small ops on a busy machine spent up to 0.5 s a call
+    waiting on their threads' barriers (K = 16 to 48 on 2 loaded cores,
+    against 2 ms on one)."""
+    previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+                torch.utils.deterministic.fill_uninitialized_memory, torch.get_num_threads())
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    torch.set_num_threads(1)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*deterministic")
+            yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+        torch.utils.deterministic.fill_uninitialized_memory = previous[2]
+        torch.set_num_threads(previous[3])
+
+
+def compare_backends(results: list[BackendResult], calls) -> None:
+    """Every call on every backend whose column limit it is within, against one reference run."""
+    for call in calls:
+        ref = _outcome(call, "reference", "cpu")
+        for result in results:
+            if call.rewards.shape[1] > MAX_REWARDS[result.name]:
+                continue
+            start = time.perf_counter()
+            out = _outcome(call, result.name, result.device)
+            result.sweep_seconds += time.perf_counter() - start
+            result.record(call, *_error(out, ref))
+
+
+def _median_ms(fn, device: str) -> float:
+    def timed() -> float:
+        start = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    return 1e3 * statistics.median(timed() for _ in range(TIMED_CALLS))
+
+
+TIMED_BATCHES = {"verl": verl_shaped_batch, "paper": paper_batch}
+
+
+def time_backends(results: list[BackendResult]) -> None:
+    """dara with verl's preset (token whitening, token_advantages) on each
+    batch: the first call compared with the reference (a case: the sweep's
+    batches are small), then the median of a few more."""
+    for batch_name, make in TIMED_BATCHES.items():
+        rewards, ids, mask = make()
+        call = Call(f"{batch_name} batch", rewards, {"group_index": ids, "response_mask": mask},
+                    {"method": "dara", "preset": "verl"})
+        ref = _outcome(call, "reference", "cpu")
+        for result in results:
+            on_device = Call(call.label, rewards.to(result.device),
+                             {k: v.to(result.device) for k, v in call.inputs.items()}, call.options)
+            out = _outcome(on_device, result.name, result.device)
+            result.record(call, *_error(out, ref))
+            if not isinstance(out, Exception):
+                result.timings_ms[batch_name] = _median_ms(
+                    lambda c=on_device, r=result: c.run(r.name, r.device), result.device)

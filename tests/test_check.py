@@ -1,0 +1,106 @@
+"""`python -m dara_kernels.check`, the check a user runs after installing: it
+passes here, needs nothing from the tests, takes its sweep from the tables,
+and fails on a wrong, missing or unwritten output."""
+import itertools
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import dara_kernels as dk
+from dara_kernels.check import __main__ as check_main
+from dara_kernels.check import runner, sweeps
+from dara_kernels.check.table_sweeps import dtype_calls, k_range_calls, option_calls
+from dara_kernels.wire import OPTION_NAMES, PRESETS
+
+pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
+
+# Neither pytest nor the test suite can be imported: the check runs from an installed package.
+AS_INSTALLED = ("import runpy, sys; sys.modules['pytest'] = sys.modules['tests'] = None; "
+                "runpy.run_module('dara_kernels.check', run_name='__main__', alter_sys=True)")
+
+
+def test_check_passes_here_as_a_user_runs_it(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
+    done = subprocess.run([sys.executable, "-c", AS_INSTALLED], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    cpu = re.search(r"^cpu +cpu +(\d+) +\S+ +\S+ +ok ", done.stdout, re.MULTILINE)
+    assert cpu and int(cpu.group(1)) > 500, done.stdout
+    if not torch.cuda.is_available():
+        assert re.search(r"^cuda +unavailable: torch .* sees no CUDA device$", done.stdout, re.MULTILINE)
+        assert re.search(r"^triton +unavailable: .*interpreter", done.stdout, re.MULTILINE)
+
+
+def _few_calls(max_k, edges):
+    return itertools.islice(option_calls(), 4)
+
+
+def _run_check(monkeypatch, capsys, wrong=None, argv=("--no-timing",)):
+    """The check on a few calls, the CPU backend's output passed through `wrong`; with the test suite's
+    NaN-filled allocations off, so that the check's own are what is tested."""
+    torch.use_deterministic_algorithms(False)
+    monkeypatch.setattr(check_main, "check_calls", _few_calls)
+    if wrong is not None:
+        real = sweeps.fused_advantage
+
+        def altered(rewards, backend, **kwargs):
+            out = real(rewards, backend=backend, **kwargs)
+            return wrong(out) if backend == "cpu" else out
+
+        monkeypatch.setattr(sweeps, "fused_advantage", altered)
+    status = check_main.main(list(argv))
+    return status, capsys.readouterr().out
+
+
+def test_a_matching_backend_passes(monkeypatch, capsys):
+    status, out = _run_check(monkeypatch, capsys)
+    assert status == 0 and "MISMATCH" not in out
+
+
+@pytest.mark.parametrize("wrong, problem", [
+    (lambda out: out._replace(advantages=out.advantages * 1.001), "advantages relative error"),
+    (lambda out: out._replace(advantages=torch.full_like(out.advantages, float("nan"))), "advantages has NaN"),
+    (lambda out: out._replace(active_groups=out.active_groups + 1), "active_groups differs"),
+    (lambda out: out._replace(weights=None), "weights missing"),
+], ids=["error", "nan", "count", "missing"])
+def test_a_wrong_output_fails_the_check(monkeypatch, capsys, wrong, problem):
+    status, out = _run_check(monkeypatch, capsys, wrong)
+    assert status == 1 and "cpu MISMATCH" in out and problem in out, out
+
+
+def test_the_sweep_fills_fresh_memory_with_nan():
+    """So that an output element a kernel does not write shows as NaN (a mismatch)."""
+    torch.use_deterministic_algorithms(False)
+    torch.zeros(12345)  # its freed block, which the next allocation of its size reuses, holds zeros
+    with runner.sweep_settings():
+        assert torch.empty(12345).isnan().all()
+
+
+def test_an_error_where_the_reference_answers_fails_the_check(monkeypatch, capsys):
+    def fail(out):
+        raise RuntimeError("kernel launch failed")
+
+    status, out = _run_check(monkeypatch, capsys, fail)
+    assert status == 1 and "gave RuntimeError('kernel launch failed') where the reference gave a result" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA can run here")
+def test_a_required_backend_that_cannot_run_fails_the_check(monkeypatch, capsys):
+    status, out = _run_check(monkeypatch, capsys, argv=("--no-timing", "--require", "cuda"))
+    assert status == 1 and "cuda    unavailable" in out
+
+
+def test_the_sweep_comes_from_the_tables():
+    """Every method, every option (each value: an option of a kind without a
+    rule stops the check), every preset, every K up to the widest limit."""
+    seen = {(name, repr(value)) for call in option_calls() for name, value in call.options.items()}
+    assert {name for name, _ in seen} >= set(OPTION_NAMES) | {"method", "preset"}
+    assert {value for name, value in seen if name == "method"} == {repr(m) for m in dk.METHODS}
+    assert {value for name, value in seen if name == "preset"} == {repr(p) for p in PRESETS}
+    ks = {call.rewards.shape[1] for call in k_range_calls(64, (1, 16, 64))}
+    assert ks == set(range(1, 65))
+    assert {call.options["method"] for call in dtype_calls()} == set(dk.METHODS)

@@ -1,0 +1,123 @@
+"""The integrations' shared core without any trainer library: the settings check, the one op call (padding
+left out and put back), the group-signal decision with and without singletons, the sampling metrics and the
+patch helper. Each framework's suite (tests/integrations) runs the same core through its framework."""
+import math
+import types
+
+import pytest
+import torch
+
+import dara_kernels as dk
+from dara_kernels.integrations import patching
+from dara_kernels.integrations.core import KEYWORDS, advantages, configure
+from dara_kernels.integrations.groups import Sampling, decide
+from dara_kernels.wire import OPTION_NAMES
+
+
+def test_every_option_of_the_table_reaches_the_op():
+    """A keyword added to wire.OPTIONS and fused_advantage is a user option of every framework unedited."""
+    assert set(OPTION_NAMES) <= KEYWORDS
+    assert {"preset", "reward_bounds", "backend", "validate"} <= KEYWORDS
+
+
+@pytest.mark.parametrize("method,options,error,match", [
+    ("gdpo", {"calibration": "positive"}, ValueError, r"^cfg\.opts: calibration applies to"),
+    ("dara", {"alpha": "x"}, TypeError, r"^cfg\.opts: alpha must be a real number"),
+    ("dara", {"group_size": 4}, ValueError, r"cfg\.opts may not set \['group_size'\]"),
+    ("dara", {"alpah": 1.0}, ValueError, r"cfg\.opts: \['alpah'\] are not fused_advantage keywords"),
+    ("nope", {}, ValueError, r"cfg\.opts: method 'nope' is not one of grpo, gdpo"),
+])
+def test_settings_are_checked_with_the_setting_named(method, options, error, match):
+    with pytest.raises(error, match=match):
+        configure(method, options, "cfg.opts")
+
+
+def test_user_options_override_the_framework_defaults():
+    s = configure("dara", {"eps": 1e-3}, "here", defaults={"preset": "verl", "eps": 1e-6})
+    assert s.options == {"preset": "verl", "eps": 1e-3}
+
+
+def test_padding_rows_are_left_out_and_get_zero():
+    gen = torch.Generator().manual_seed(0)
+    rewards = torch.rand(10, 2, generator=gen)
+    groups = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2, 3])
+    mask = torch.ones(10, 3)
+    padding = torch.zeros(10, dtype=torch.bool)
+    padding[9] = True
+    s = configure("dara", {}, "here")
+    result = advantages(s, rewards, group_index=groups, response_mask=mask, padding=padding)
+    direct = dk.fused_advantage(rewards[:9], group_index=groups[:9], response_mask=mask[:9])
+    assert torch.equal(result.advantages[:9], direct.advantages) and result.advantages[9] == 0
+    assert torch.equal(result.token_advantages[:9], direct.token_advantages)
+    assert result.token_advantages[9].abs().max() == 0
+    assert torch.equal(result.output.density, direct.density)
+
+
+def groups_batch():
+    """Groups: a varying sum; rewards that trade off at a constant sum; nothing varies; one row; two rows
+    (varying)."""
+    rows = [[1, 0], [0, 0], [1, 0], [0, 1], [1, 1], [1, 1], [1, 0], [1, 0], [0, 0]]
+    uids = ["v", "v", "c", "c", "u", "u", "one", "two", "two"]
+    return torch.tensor(rows, dtype=torch.float32), uids
+
+
+@pytest.mark.parametrize("criterion,singletons,kept", [
+    ("any", False, [True, True, False, False, True]),
+    ("any", True, [True, True, False, True, True]),
+    ("sum", False, [True, False, False, False, True]),
+    ("sum", True, [True, False, False, True, True]),
+])
+def test_decision_by_criterion_and_singleton_rule(criterion, singletons, kept):
+    rewards, uids = groups_batch()
+    signal = decide(configure("dara", {}, "here"), rewards, uids, criterion)
+    assert signal.rows.tolist() == [2, 2, 2, 1, 2]
+    assert signal.keep(singletons).tolist() == kept
+    assert signal.keep_rows(singletons).tolist() == [kept[g] for g in signal.group_of_row.tolist()]
+
+
+def test_decision_reads_the_settings():
+    rewards = torch.tensor([[0.5], [0.501], [0.5], [0.501]])
+    uids = ["a", "a", "b", "b"]
+    assert decide(configure("dara", {}, "here"), rewards, uids, "any").signal.tolist() == [True, True]
+    assert decide(configure("dara", {"active_tol": 0.01}, "here"), rewards, uids, "any").signal.tolist() == \
+        [False, False]
+
+
+@pytest.mark.parametrize("criterion,discarded", [("any", 0), ("sum", 2)])
+def test_sampling_metrics(criterion, discarded):
+    rewards, uids = groups_batch()
+    settings = configure("dara", {}, "here")
+    sampling = Sampling(criterion)
+    for _ in range(2):
+        signal = decide(settings, rewards, uids, criterion)
+        sampling.add_signal(signal, signal.keep(False))
+    kept = 2 * int(signal.keep(False).sum())
+    assert sampling.metrics(trained_responses=6, prefix="p/") == {
+        "p/rounds": 2, "p/acceptance_rate": kept / 10, "p/generation_overhead": 18 / 6,
+        "p/informative_groups_discarded": discarded, "p/reverse_conflict_rate": 2 / 10}
+    assert sampling.metrics(trained_responses=0)["dara/sampling/generation_overhead"] == math.inf
+
+
+class Base:
+    def method(self, x):
+        return x + 1
+
+
+class Child(Base):
+    pass
+
+
+def test_patch_helper_installs_once_and_uninstalls():
+    module = types.SimpleNamespace(f=lambda x: x * 2)
+    original_f = module.f
+    patches = [patching.Patch(module, "f", lambda original: lambda x: original(x) + 1),
+               patching.Patch(Child, "method", lambda original: lambda self, x: original(self, x) * 10)]
+    patching.install(patches)
+    patching.install(patches)  # idempotent
+    assert module.f(3) == 7 and Child().method(1) == 20 and Base().method(1) == 2
+    assert patching.is_patched(module, "f") and patching.is_patched(Child, "method")
+    patching.uninstall(patches)
+    assert module.f is original_f and "method" not in vars(Child) and Child().method(1) == 2
+    with patching.patched(patches[:1]):
+        assert module.f(3) == 7
+    assert module.f is original_f

@@ -41,7 +41,7 @@ def accumulate_kernel(
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
     base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
-    gate = gate_lanes(options, kr, positive)
+    gate, has_gate = gate_lanes(options, kr, positive)
     zero_k = tl.zeros([BLOCK_K], dtype=tl.float64)
     zero = tl.full((), 0.0, tl.float64)
     # Counts are kept in int32, a register each rather than a double's two: the 8-lane
@@ -79,7 +79,7 @@ def accumulate_kernel(
         sum_count = zero
         sum_total = zero
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, options,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
                                              HAS_INDEX, BLOCK_R)
             xv = tl.where(valid, x, 0.0)
             count += tl.sum(valid.to(tl.float64), 0)
@@ -100,7 +100,7 @@ def accumulate_kernel(
         dev = zero_k
         sum_dev = zero
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, options,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
                                              HAS_INDEX, BLOCK_R)
             d = tl.where(valid, x - mean[None, :], 0.0)
             dev += tl.sum(d * d, 0)
@@ -139,7 +139,7 @@ def accumulate_kernel(
         groups += 1
         kept = size.to(tl.float32)
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, options,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
                                                  kk, kmask, K, options, BLOCK_K > wire.MAX_REWARDS)

@@ -26,7 +26,7 @@ def apply_kernel(
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
     base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
-    gate = gate_lanes(options, kr, positive)
+    gate, has_gate = gate_lanes(options, kr, positive)
     combine = tl.load(affine_ptr + kk, mask=kk < C, other=0.0).to(tl.float32)
     shift = tl.load(affine_ptr + C).to(tl.float32)
     batch_scale = tl.load(affine_ptr + C + 1).to(tl.float32)
@@ -45,7 +45,7 @@ def apply_kernel(
         counted = (signal & ZEROED) == 0
         factor = tl.where(options.apply_query_scale != 0, batch_scale * kappa, batch_scale)
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, options,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
                                                  kk, kmask, K, options, BLOCK_K > wire.MAX_REWARDS)

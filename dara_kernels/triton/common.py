@@ -25,12 +25,16 @@ from . import wire
 
 @triton.jit
 def gate_lanes(options, kr, positive):
-    """Each lane's gate column (options.gate, by reward), wire.NO_GATE for
-    none: every lane's without options.gated. Taken once per kernel."""
-    gate = kr * 0 + wire.NO_GATE
+    """(each lane's gate as the lane it is read from, its own where it has
+    none; whether it has one): options.gate by reward, no gate anywhere
+    without options.gated. Taken once per kernel."""
+    source = kr + positive
+    has_gate = kr < 0
     for i in tl.static_range(wire.MAX_REWARDS):
-        gate = tl.where((kr == i) & (options.gate[i] != wire.NO_GATE), options.gate[i] + positive, gate)
-    return gate
+        here = (kr == i) & (options.gate[i] != wire.NO_GATE)
+        source = tl.where(here, options.gate[i] + positive, source)
+        has_gate = has_gate | here
+    return source, has_gate & (kr >= 0)
 
 
 @triton.jit
@@ -44,10 +48,10 @@ def gated_rewards(x, passes, gate_missing):
 
 
 @triton.jit
-def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, options,
+def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
               HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr):
     """[BLOCK_R, BLOCK_K] rewards of sorted positions r0.. as float64 (reward
-    kr in each lane), gated (`gate`: each lane's gate column, gate_lanes),
+    kr in each lane), gated (`gate`, `has_gate`: gate_lanes),
     the valid-entry mask, the rows' indices and the in-group row mask."""
     rr = r0 + tl.arange(0, BLOCK_R)
     rmask = rr < end
@@ -57,10 +61,10 @@ def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, options,
         idx = rr.to(tl.int64)
     m2 = rmask[:, None] & kmask[None, :]
     x = tl.load(rewards_ptr + idx[:, None] * K + kr[None, :], mask=m2, other=float("nan")).to(tl.float64)
-    # The gate column, read in the rewards' own type and kept only as two flags; no lane has a gate
-    # without options.gated, so nothing is read then (a branch on it made the 4-lane accumulate spill).
-    gated = m2 & (gate != wire.NO_GATE)[None, :]
-    g = tl.gather(x, tl.broadcast_to(tl.maximum(gate, 0)[None, :], x.shape), 1)
+    # The gate's value taken from the tile itself rather than read again: a second masked load per tile made
+    # the 8-lane float64 accumulate spill at its register cap; a branch on options.gated, the 4-lane one.
+    gated = m2 & has_gate[None, :]
+    g = tl.gather(x, tl.broadcast_to(gate[None, :], x.shape), 1)
     x = tl.where(gated, gated_rewards(x, g > 0.0, g != g), x)
     x = tl.where(m2 & (x != x) & (options.nan_to_zero != 0), 0.0, x)
     valid = m2 & (x == x)

@@ -27,13 +27,16 @@ from .wire import GroupTable, kernel_options
 
 PROGRAMS_PER_SM = 8
 # Registers a thread may use, given to ptxas (maxnreg) so that eight programs
-# stay resident per SM (65,536 registers): accumulate at 2 warps, apply at 4.
-# Without a cap ptxas aimed at occupancy steps of its own and spilled a few
-# bytes in some variants to reach them; with it, a variant that needs more
-# spills, and scripts/check_triton_compiles.py fails on any spill.
+# of 2 warps stay resident per SM (65,536 registers). Without a cap ptxas aimed
+# at occupancy steps of its own and spilled a few bytes in some variants to
+# reach them; with it, a variant that needs more spills, and
+# scripts/check_triton_compiles.py fails on any spill. Apply runs 2 warps like
+# accumulate: its tiles hold 16 to 64 values below 64 lanes (128 at 64), so
+# 4 warps' 128 threads mostly held copies, and at 4 warps' 64 registers
+# reading the gate from the tile spilled 8 bytes (4 lanes, sm_90).
 ACCUMULATE_REGISTERS = 128
-APPLY_WARPS = 4
-APPLY_REGISTERS = 64
+APPLY_WARPS = 2
+APPLY_REGISTERS = 128
 # Finalize is one program: 8 warps spread its [lanes, lanes] matrices so
 # that no variant spills.
 FINALIZE_WARPS = 8

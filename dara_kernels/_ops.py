@@ -6,10 +6,11 @@ from typing import Optional
 
 import torch
 
+from .allocation import empty_outputs
 from .options import AdvantageOptions
 from .output import AdvantageOutput, output_from_kernel
 from .validation import PreparedInputs
-from .wire import METHODS, OPTION_FIELDS, OUTPUT_FIELDS, accumulator_sizes, combined_columns
+from .wire import METHODS, OPTION_FIELDS, accumulator_sizes, combined_columns
 
 _FIELD = {name: i for i, (name, _) in enumerate(OPTION_FIELDS)}
 
@@ -48,15 +49,12 @@ def cuda_kernels_compiled() -> bool:
 
 if extension_available():
 
-    _DTYPES = {"float32": torch.float32, "int64": torch.int64, "bool": torch.bool}
-
     @torch.library.register_fake("dara::fused_advantage")
     def _fused_advantage_fake(rewards, group_index, group_size, reward_weights, response_mask,
                               response_lengths, reward_bounds, accumulators, extrema, options):
         n, k = rewards.shape
         t = response_mask.shape[1] if response_mask is not None else None
-        shapes = {"N": (n,), "NT": (n, t) if t is not None else (0,), "K": (k,), "": ()}
-        return tuple(rewards.new_empty(shapes[shape], dtype=_DTYPES[dtype]) for _, shape, dtype in OUTPUT_FIELDS)
+        return tuple(empty_outputs(n, k, t, rewards.device).values())
 
     @torch.library.register_fake("dara::accumulate")
     def _accumulate_fake(rewards, group_index, group_size, reward_weights, response_mask,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Optional, Sequence, Union
+from typing import Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -23,11 +23,18 @@ def _resolved(method, preset, given: tuple) -> AdvantageOptions:
     return resolve_options(method, preset, **{name: value for name, _, value in given})
 
 
+def _frozen(value):
+    """A list of reward names or a mapping of reward gates as a tuple, so that it can be a cache key."""
+    if isinstance(value, Mapping):
+        return tuple(value.items())
+    return tuple(value) if isinstance(value, list) else value
+
+
 def _options(method, preset, **given) -> AdvantageOptions:
     """resolve_options, cached: a small batch would otherwise spend a quarter
     of its call here. The key holds each value's type, so 1 and True (equal
     as keys) are still checked separately."""
-    key = tuple((name, type(value), value) for name, value in given.items() if value is not None)
+    key = tuple((name, type(value), _frozen(value)) for name, value in given.items() if value is not None)
     try:
         return _resolved(method, preset, key)
     except TypeError as err:
@@ -64,6 +71,8 @@ def fused_advantage(
     max_weight: Optional[float] = None,
     rvpo_k: Optional[float] = None,
     no_signal: Optional[str] = None,
+    reward_names: Optional[Sequence[str]] = None,
+    reward_gates: Optional[Mapping[Union[str, int], Union[str, int]]] = None,
     backend: str = "auto",
     validate: bool = True,
     process_group=None,
@@ -74,7 +83,9 @@ def fused_advantage(
     per reward; NaN marks a reward that could not score a response. Give the
     groups as `group_size` (contiguous blocks) or `group_index` (any ids).
     Options left as None take the preset's value, then the method's default
-    (each option's row in wire.OPTIONS).
+    (each option's row in wire.OPTIONS). reward_gates={"length": "correct"}
+    (names from reward_names, or column indices) lets a reward count only
+    where its gate passes (docs/spec.md#reward-gates).
     """
     # By name, not from locals(): torch.compile (2.11) cannot trace locals(). tests/test_wire.py keeps these
     # keys, the signature and wire.OPTION_NAMES equal.
@@ -82,14 +93,15 @@ def fused_advantage(
         method, preset, eps=eps, unbiased=unbiased, scale_by_std=scale_by_std, batch_norm=batch_norm,
         bn_eps=bn_eps, nan_policy=nan_policy, active_tol=active_tol, alpha=alpha, density_floor=density_floor,
         saw_delta=saw_delta, sa_gamma=sa_gamma, apply_query_scale=apply_query_scale, singleton=singleton,
-        calibration=calibration, max_weight=max_weight, rvpo_k=rvpo_k, no_signal=no_signal)
+        calibration=calibration, max_weight=max_weight, rvpo_k=rvpo_k, no_signal=no_signal,
+        reward_names=reward_names, reward_gates=reward_gates)
     rewards = reward_matrix(rewards)
     name = backends.choose_backend(backend, rewards.device, rewards.shape[1])
     inputs = prepare_inputs(
         rewards, group_size=group_size, group_index=group_index, reward_weights=reward_weights,
         response_mask=response_mask, response_lengths=response_lengths,
         reward_bounds=reward_bounds, nan_policy=opts.nan_policy, batch_norm=opts.batch_norm,
-        validate=validate,
+        reward_names=opts.reward_names, reward_gates=opts.reward_gates, validate=validate,
         value_checks="reduced" if process_group is not None else "cpu-kernel" if name == "cpu" else "here")
     if process_group is None:
         return backends.runner(name)(inputs, opts)

@@ -34,6 +34,19 @@ class GroupStats:
     singleton: torch.Tensor  # [B, C] bool: the verl rule applies
 
 
+def gate_rewards(r, opts: AdvantageOptions) -> torch.Tensor:
+    """docs/spec.md#reward-gates: each gated reward keeps its value where its
+    gate is > 0; where the gate is missing it is missing too, elsewhere 0 (a
+    missing entry stays missing). Gates read the rewards before gating (no
+    gate is itself gated)."""
+    out = r.clone()
+    for gated, gate in opts.reward_gates or ():
+        value, passes, unknown = r[:, gated], r[:, gate] > 0, torch.isnan(r[:, gate])
+        failed = torch.where(torch.isnan(value), value, torch.zeros_like(value))
+        out[:, gated] = torch.where(passes, value, torch.where(unknown, float("nan"), failed))
+    return out
+
+
 def group_statistics(x, valid, gid, num_groups, opts: AdvantageOptions) -> GroupStats:
     """docs/spec.md#group-statistics, over the valid entries of each column."""
     columns = x.shape[1]
@@ -139,6 +152,7 @@ def reference_advantage(inputs: PreparedInputs, opts: AdvantageOptions) -> Advan
     r = inputs.rewards.double()
     if opts.nan_policy == "zero":
         r = torch.nan_to_num(r, nan=0.0)
+    r = gate_rewards(r, opts)
     valid = ~torch.isnan(r)
     scorable = valid.any(1)
     b = inputs.reward_weights.double()

@@ -32,6 +32,7 @@ class PreparedInputs(NamedTuple):
     reward_bounds: Optional[torch.Tensor]     # [K, 2] float64
     kernel_rejects_inf: bool = False          # the CPU kernel checks for +-Inf in its own pass
     check_reduced: bool = False               # distributed: the all-reduced accumulators' counts are checked
+    token_weighted: bool = False              # batch_norm="token": the kernels take the token weights L_j
 
     @property
     def num_rows(self) -> int:
@@ -105,6 +106,8 @@ def prepare_inputs(
     batch_norm: str,
     validate: bool,
     value_checks: str = "here",
+    reward_names=None,
+    reward_gates=None,
 ) -> PreparedInputs:
     """value_checks says who checks the rewards for +-Inf (and NaN under
     nan_policy="raise") and the lengths for negatives: "here"; "cpu-kernel"
@@ -118,6 +121,12 @@ def prepare_inputs(
     n, k = rewards.shape
     device = rewards.device
     compiling = torch.compiler.is_compiling()
+    if reward_names is not None and len(reward_names) != k:
+        raise ValueError(f"reward_names must name each of the K={k} reward columns, got {len(reward_names)} "
+                         f"names: {list(reward_names)}")
+    if reward_gates is not None and max(max(pair) for pair in reward_gates) >= k:
+        raise ValueError(f"reward_gates: column index {max(max(pair) for pair in reward_gates)} is out of range "
+                         f"for K={k} reward columns (0 to {k - 1})")
     validate = validate and value_checks_possible(device, compiling)
 
     if (group_size is None) == (group_index is None):
@@ -190,4 +199,5 @@ def prepare_inputs(
             row, col = torch.nonzero(torch.isnan(rewards))[0].tolist()
             raise ValueError(f'rewards has NaN at row {row}, column {col} and nan_policy="raise"')
     return PreparedInputs(rewards, group_size or 0, group_index, weights, mask, lengths, bounds,
-                          validate and value_checks == "cpu-kernel", validate and value_checks == "reduced")
+                          validate and value_checks == "cpu-kernel", validate and value_checks == "reduced",
+                          batch_norm == "token")

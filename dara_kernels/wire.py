@@ -1,8 +1,8 @@
 """The one definition of every table the Python, C++ and Triton code share:
 each method's traits, every option (its check, default and kernel encoding),
 the packed option vector, the accumulator wire format (what ranks all-reduce,
-docs/spec.md#distributed-mode), the output fields and the per-backend
-reward-column limits.
+docs/spec.md#distributed-mode), the per-group table accumulate leaves for
+apply, the output fields and the per-backend reward-column limits.
 
 `csrc/core/wire.h` and `dara_kernels/triton/wire.py` are generated from these
 tables by `python scripts/generate_wire.py`; `tests/test_wire.py` fails when
@@ -121,6 +121,12 @@ OPTIONS: tuple[Option, ...] = (
     # by the batch mean as every trainer does; "zero" gives them advantage 0
     # and leaves them out, as if the group had been filtered.
     Option("no_signal", "choice", "keep", NO_SIGNAL_RULES),
+    # The reward columns' names, one per column, so that reward_gates can name them.
+    Option("reward_names", "names"),
+    # {gated: gate} by name or column index: the gated reward counts for a
+    # response only where the gate passes (docs/spec.md#reward-gates). Resolved
+    # to (gated, gate) column pairs.
+    Option("reward_gates", "gates"),
 )
 OPTION_NAMES = tuple(o.name for o in OPTIONS)
 METHOD_ONLY_OPTIONS: Mapping[str, tuple[str, ...]] = {
@@ -169,12 +175,24 @@ KERNEL_FIELDS: tuple[KernelField, ...] = (
     KernelField("reject_inf", "bool", lambda o: False),
 )
 OPTION_FIELDS = tuple((f.name, f.ctype) for f in KERNEL_FIELDS)
+# After the scalar fields the option vector carries one (gated, gate) pair of
+# column indices per gated reward (AdvantageOptions.reward_gates), so it does
+# not depend on K; the kernels read it as each reward's gate column, -1 for
+# none (C++ Options::gate, the Triton options' `gate`), and `gated` says
+# whether any pair follows.
+GATE_PAIRS = "reward_gates"
+NO_GATE = -1
 
 
 def kernel_value(f: KernelField, opts) -> float:
     value = f.encode(opts) if f.encode is not None else getattr(opts, f.name)
     return float(f.absent if value is None else value)
 
+
+# Groups that carry signal: some reward active; the weighted summed reward
+# varies; rewards active while that sum is constant (docs/spec.md#group-signal).
+# Adjacent accumulator slots and outputs of the same names.
+SIGNAL_COUNTS = ("informative_groups", "sum_informative_groups", "conflict_groups")
 
 # Batch accumulators, summed across ranks. Sizes are in K reward columns and C
 # combined columns (combined_columns).
@@ -185,13 +203,9 @@ ACCUMULATOR_SEGMENTS = (
     # Bad input, counted so that after the all-reduce every rank sees it and
     # raises the same error (no rank is left waiting in a collective).
     ("infinite_rewards", "1"),  # +-Inf entries
-    ("missing_rewards", "1"),   # NaN entries (an error under nan_policy="raise")
+    ("missing_rewards", "1"),   # NaN entries after reward_gates (an error under nan_policy="raise")
     ("negative_lengths", "1"),  # response_lengths below 0
-    # Groups that carry signal: some reward active; the weighted summed reward
-    # varies; rewards active while that sum is constant (docs/spec.md#group-signal).
-    ("informative_groups", "1"),
-    ("sum_informative_groups", "1"),
-    ("conflict_groups", "1"),
+    *((name, "1") for name in SIGNAL_COUNTS),
     ("active", "K"),          # active groups per reward
     ("energy", "K"),          # sum_j A_jk^2
     ("raw_count", "K"),       # valid raw entries per reward
@@ -209,7 +223,41 @@ EXTREMA_SEGMENTS = (
     ("max_negated_reward", "K"),  # max of -r_k, i.e. minus the batch minimum
 )
 
-# AdvantageOutput's fields in the order every kernel returns them.
+
+@dataclass(frozen=True)
+class GroupField:
+    """One array of the per-group table accumulate writes and apply reads, in
+    group order: `size` "K" (one per reward) or "1" per group. A field with
+    `when` (a METHOD_PREDICATES name) is filled only for those methods and is
+    one element otherwise, so every backend has a pointer to pass."""
+    name: str
+    size: str
+    dtype: str  # "float64" or "uint8"
+    when: Optional[str] = None
+
+
+# The group statistics in double: each row's r - mu is taken in double, and
+# the scales and weights are rounded to the row type where a kernel reads them,
+# the same way in accumulate and apply.
+GROUP_TABLE: tuple[GroupField, ...] = (
+    GroupField("mean", "K", "float64"),                       # mu_gk
+    GroupField("scale", "K", "float64"),                      # A_jk = (r_jk - mu_gk) scale_gk; 0 when inactive
+    GroupField("weight", "K", "float64", "group_weighted"),   # DVAO's w_gk
+    GroupField("sum_mean", "1", "float64", "summed_reward"),  # GRPO's summed column
+    GroupField("sum_scale", "1", "float64", "summed_reward"),
+    GroupField("kappa", "1", "float64"),                      # the group's kept share (GD2PO-Hard)
+    GroupField("signal", "1", "uint8"),                       # GroupSignal bits (docs/spec.md#group-signal)
+)
+
+
+def group_field_size(f: GroupField, groups: int, k: int, method: str) -> int:
+    if f.when is not None and method not in METHOD_PREDICATES[f.when]:
+        return 1
+    return groups * (k if f.size == "K" else 1)
+
+
+# AdvantageOutput's fields in the order every kernel returns them. Shapes: N
+# rows, NT the mask's [N, T] ([0] without a mask), K rewards, "" a scalar.
 OUTPUT_FIELDS = (
     ("advantages", "N", "float32"),
     ("token_advantages", "NT", "float32"),
@@ -225,15 +273,26 @@ OUTPUT_FIELDS = (
     ("query_scale", "N", "float32"),
     ("informative", "N", "bool"),      # the row's group has an active reward
     ("sum_informative", "N", "bool"),  # the row's group's weighted summed reward varies
-    ("informative_groups", "", "int64"),
-    ("sum_informative_groups", "", "int64"),
-    ("conflict_groups", "", "int64"),
+    *((name, "", "int64") for name in SIGNAL_COUNTS),
 )
 
 # Reward columns each compiled backend handles: the CPU and CUDA kernels keep
 # per-reward state in fixed-size arrays, and Triton holds a reward row in one
 # power-of-two block.
 MAX_REWARDS = {"cpu": 64, "cuda": 16, "triton": 16}
+
+
+def max_combined_columns(k: int) -> int:
+    """The most combined columns any mode has for K rewards (COLUMN_MODES): the
+    size of the kernels' per-row column arrays."""
+    return max(per_reward * k + constant for per_reward, constant in COLUMN_MODES.values())
+
+
+def kernel_columns(opts, k: int) -> tuple[int, int]:
+    """(C, lanes) of a call: its combined columns, and the lanes a Triton tile
+    holds, enough for each reward and each combined column."""
+    c = combined_columns(opts.method, k, opts.calibration == "positive")
+    return c, max(k, c)
 
 
 def _size(kind: str, k: int, c: int) -> int:

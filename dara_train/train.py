@@ -164,6 +164,8 @@ class Trainer:
 
     def advantages(self, rewards: torch.Tensor, lengths: torch.Tensor):
         options = dict(self.cfg.advantage.options)
+        # The task's reward names, so that advantage.options can gate rewards by name (reward_gates).
+        options.setdefault("reward_names", list(self.cfg.task.rewards))
         if self.world > 1:
             options["process_group"] = dist.group.WORLD
         return dk.fused_advantage(rewards, group_size=self.cfg.rollout.group_size,

@@ -53,7 +53,12 @@ _TRITON_TYPES = {torch.float32: "fp32", torch.float64: "fp64", torch.float16: "f
                  torch.bool: "i1"}
 
 
-def _argument_type(value) -> str:
+def _argument_type(value):
+    """A launch argument's Triton type; a tuple's (the kernel options, the group table) is the tuple of
+    its elements' types, of the same namedtuple class."""
+    if isinstance(value, tuple):
+        types = [_argument_type(v) for v in value]
+        return type(value)(*types) if hasattr(value, "_fields") else tuple(types)
     if isinstance(value, torch.Tensor):
         return "*" + _TRITON_TYPES[value.dtype]
     if isinstance(value, bool):

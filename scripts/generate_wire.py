@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
+import textwrap
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -66,6 +67,11 @@ def _cpp_columns() -> list[str]:
     for mode, (per_reward, constant) in wire.COLUMN_MODES.items():
         lines.append(f"  if (mode == Columns::k{_camel(mode)}) return {_count_expression(per_reward, constant)};")
     lines += ["  return 0;", "}", "",
+              "// The most combined columns any mode has for K rewards: the per-row column arrays' size.",
+              "DARA_HD constexpr int max_column_count(int K) {", "  int most = 0;",
+              *(f"  most = column_count(Columns::k{_camel(m)}, K) > most ? column_count(Columns::k{_camel(m)}, K) "
+                ": most;" for m in modes),
+              "  return most;", "}", "",
               "// Whether C depends on K.", "DARA_HD constexpr bool columns_follow_k(Columns mode) {",
               "  return " + " || ".join(f"mode == Columns::k{_camel(m)}" for m, (p, _) in wire.COLUMN_MODES.items()
                                         if p) + ";", "}", ""]
@@ -104,23 +110,85 @@ def _cpp_layout_struct(struct: str, segments, extra: list[str]) -> list[str]:
     return lines
 
 
+_EXTENTS = {"N": "kRows", "NT": "kRowsByTokens", "K": "kRewards", "": "kScalar"}
+_CPP_DTYPES = {"float32": "kFloat32", "float64": "kFloat64", "int64": "kInt64", "bool": "kBool", "uint8": "kUInt8"}
+
+
+def _cpp_switch(signature: str, cases, default: str) -> list[str]:
+    """A function that maps each case label to its value (clang-format keeps one case a line)."""
+    lines = [f"{signature} {{", "  switch (field) {"]
+    for label, value in cases:
+        lines += [f"    case {label}:", f"      return {value};"]
+    return lines + ["    default:", f"      return {default};", "  }", "}", ""]
+
+
+def _cpp_extents_and_types() -> list[str]:
+    lines = ["// Each output's shape (N rows; the mask's [N, T], [0] without one; K; a scalar) and element type.",
+             "enum class Extent { " + ", ".join(_EXTENTS.values()) + " };",
+             "enum class ElementType { " + ", ".join(_CPP_DTYPES.values()) + " };", ""]
+    lines += _cpp_switch("constexpr Extent output_extent(int field)",
+                         [(f"kOut{_camel(n)}", f"Extent::{_EXTENTS[shape]}") for n, shape, _ in wire.OUTPUT_FIELDS],
+                         "Extent::kScalar")
+    lines += _cpp_switch("constexpr ElementType output_type(int field)",
+                         [(f"kOut{_camel(n)}", f"ElementType::{_CPP_DTYPES[t]}") for n, _, t in wire.OUTPUT_FIELDS],
+                         "ElementType::kFloat32")
+    return lines
+
+
+def _cpp_group_table() -> list[str]:
+    ctype = {"float64": "double", "uint8": "uint8_t"}
+    lines = ["// The per-group table accumulate writes and apply reads (wire.GROUP_TABLE), in group order.",
+             "struct GroupTable {"]
+    for f in wire.GROUP_TABLE:
+        absent = f", one element unless {f.when}()" if f.when else ""
+        lines += [f"  // [B{', K' if f.size == 'K' else ''}]{absent}", f"  {ctype[f.dtype]}* {f.name};"]
+    lines += ["};", "", "enum GroupField : int {"]
+    lines += [f"  kGroup{_camel(f.name)} = {i}," for i, f in enumerate(wire.GROUP_TABLE)]
+    lines += [f"  kNumGroupFields = {len(wire.GROUP_TABLE)},", "};", ""]
+    types = [(f"kGroup{_camel(f.name)}", f"ElementType::{_CPP_DTYPES[f.dtype]}") for f in wire.GROUP_TABLE]
+    lines += _cpp_switch("constexpr ElementType group_field_type(int field)", types, "ElementType::kFloat64")
+    lines += ["// Elements of a field for B groups of K rewards.",
+              "inline int64_t group_field_size(int field, int64_t B, int K, const Options& o) {",
+              "  switch (field) {"]
+    for f in wire.GROUP_TABLE:
+        size = "B * K" if f.size == "K" else "B"
+        lines += [f"    case kGroup{_camel(f.name)}:",
+                  f"      return {f'o.{f.when}() ? {size} : 1' if f.when else size};"]
+    lines += ["    default:", "      return 0;", "  }", "}", "",
+              "inline void set_group_field(GroupTable& t, int field, void* data) {", "  switch (field) {"]
+    for f in wire.GROUP_TABLE:
+        lines += [f"    case kGroup{_camel(f.name)}:", f"      t.{f.name} = static_cast<{ctype[f.dtype]}*>(data);",
+                  "      return;"]
+    lines += ["    default:", "      return;", "  }", "}", ""]
+    return lines
+
+
 def cpp_header() -> str:
     lines = [f"// {_HEADER_NOTE}", "// The tables every compiled backend shares with Python (docs/architecture.md).",
-             "#pragma once", '#include "host_device.h"', "", "namespace dara {", ""]
+             "#pragma once", "#include <cstdint>", "", '#include "host_device.h"', "", "namespace dara {", ""]
     lines.append("enum Method : int {")
     lines += [f"  k{_camel(m)} = {c}," for m, c in wire.METHOD_CODE.items()]
     lines += ["};", "", "enum BatchNorm : int {"]
     lines += [f"  {_BATCH_NORM_CPP[b]} = {c}," for b, c in wire.BATCH_NORM_CODE.items()]
     lines += ["};", ""]
     lines += [f"constexpr int kMax{_camel(b)}Rewards = {v};" for b, v in wire.MAX_REWARDS.items()]
+    lines.append(f"constexpr int kMaxRewards = {max(wire.MAX_REWARDS.values())};")
     lines += ["", *_cpp_columns()]
-    lines += [f"constexpr int kNumOptions = {len(wire.KERNEL_FIELDS)};", "", "struct Options {"]
+    lines += ["// The scalar fields; (gated, gate) column pairs may follow (wire.GATE_PAIRS).",
+              f"constexpr int kNumOptions = {len(wire.KERNEL_FIELDS)};", f"constexpr int kNoGate = {wire.NO_GATE};",
+              "", "struct Options {"]
     lines += [f"  {f.ctype} {f.name};" for f in wire.KERNEL_FIELDS]
+    lines += ["  // Some reward has a gate; each reward's gate column, or kNoGate.", "  bool gated;",
+              "  signed char gate[kMaxRewards];"]
     lines += ["", "  // Method traits (wire.METHOD_PREDICATES).", *_cpp_predicates(), "};", ""]
-    lines += ["DARA_HD Options options_from_vector(const double* v) {", "  Options o;"]
+    lines += ["// n: the vector's length, kNumOptions plus two per gated reward (the binding checks it).",
+              "DARA_HD Options options_from_vector(const double* v, int64_t n) {", "  Options o;"]
     for i, f in enumerate(wire.KERNEL_FIELDS):
         value = {"int": f"static_cast<int>(v[{i}])", "bool": f"v[{i}] != 0.0", "double": f"v[{i}]"}[f.ctype]
         lines.append(f"  o.{f.name} = {value};")
+    lines += ["  o.gated = n > kNumOptions;", "  for (int k = 0; k < kMaxRewards; ++k) o.gate[k] = kNoGate;",
+              "  for (int64_t i = kNumOptions; i + 1 < n; i += 2) {",
+              "    o.gate[static_cast<int>(v[i])] = static_cast<signed char>(v[i + 1]);", "  }"]
     lines += ["  return o;", "}", "",
               "// The batch accumulators, as one flat vector of doubles that ranks sum with one all-reduce;",
               "// extremes (MAX-reduced) follow in a second vector of extrema_size() doubles."]
@@ -136,12 +204,15 @@ def cpp_header() -> str:
     lines += ["// The outputs by name; a binding fills one and output_at() reads it in schema order.",
               "template <typename T>", "struct OutputsOf {"]
     lines += [f"  T {name};" for name, _, _ in wire.OUTPUT_FIELDS]
-    lines += ["};", "", "template <typename T>", "const T& output_at(const OutputsOf<T>& o, int field) {",
-              "  switch (field) {"]
+    lines += ["};", "", "template <typename T>", "T& output_at(OutputsOf<T>& o, int field) {", "  switch (field) {"]
     for name, _, _ in wire.OUTPUT_FIELDS[:-1]:
         lines += [f"    case kOut{_camel(name)}:", f"      return o.{name};"]
     last = wire.OUTPUT_FIELDS[-1][0]
-    lines += ["    default:", f"      return o.{last};", "  }", "}", ""]
+    lines += ["    default:", f"      return o.{last};", "  }", "}", "",
+              "template <typename T>", "const T& output_at(const OutputsOf<T>& o, int field) {",
+              "  return output_at(const_cast<OutputsOf<T>&>(o), field);", "}", ""]
+    lines += _cpp_extents_and_types()
+    lines += _cpp_group_table()
     returns = [f"Tensor {name}" for name, _, _ in wire.OUTPUT_FIELDS]
     lines += ["// Schemas of the registered ops (csrc/ops.cpp).",
               "constexpr const char* kFusedAdvantageSchema =",
@@ -158,13 +229,45 @@ def cpp_header() -> str:
     return "\n".join(lines)
 
 
+def _namedtuple(name: str, fields: list[str]) -> list[str]:
+    wrapped = textwrap.wrap(", ".join(f'"{f}"' for f in fields), 110)
+    return [f'{name} = collections.namedtuple("{name}", (', *(f"    {line}" for line in wrapped), "))"]
+
+
+def _triton_options() -> list[str]:
+    names = [f.name for f in wire.KERNEL_FIELDS]
+    convert = {"double": "float", "int": "int", "bool": "int"}
+    lines = ["", "# The option vector as the kernels take it: one argument whose fields they read by name.",
+             *_namedtuple("KernelOptions", names + ["gated", "gate"]),
+             "# The per-group table's arrays as the kernels take them: one argument, by field name.",
+             *_namedtuple("GroupTable", [f.name for f in wire.GROUP_TABLE]),
+             "", "", "def kernel_options(vector) -> KernelOptions:",
+             '    """The packed option vector (AdvantageOptions.kernel_vector()) as the kernels\' argument: the',
+             "    scalar fields typed, and each reward's gate column from the (gated, gate) pairs that follow",
+             '    them, kNoGate for none."""',
+             f"    gate = [{wire.NO_GATE}] * {wire.MAX_REWARDS['triton']}",
+             f"    for i in range({len(names)}, len(vector), 2):",
+             "        gate[int(vector[i])] = int(vector[i + 1])",
+             "    return KernelOptions("]
+    lines += [f"        {convert[f.ctype]}(vector[{i}])," for i, f in enumerate(wire.KERNEL_FIELDS)]
+    lines += [f"        int(len(vector) > {len(names)}),", "        tuple(gate),", "    )", ""]
+    return lines
+
+
 def triton_module() -> str:
     lines = [f'"""{_HEADER_NOTE}', "",
-             "Codes, method predicates and accumulator offsets for the Triton kernels (docs/architecture.md).",
-             '"""', "import triton", "import triton.language as tl", ""]
+             "Codes, method predicates, accumulator offsets and the kernels\' option and table arguments for the",
+             'Triton kernels (docs/architecture.md).', '"""', "import collections", "",
+             "import triton", "import triton.language as tl", ""]
     lines += [f"{m.upper()} = tl.constexpr({c})" for m, c in wire.METHOD_CODE.items()]
     lines += [f"BATCH_NORM_{b.upper()} = tl.constexpr({c})" for b, c in wire.BATCH_NORM_CODE.items()]
-    lines += [f"MAX_REWARDS = tl.constexpr({wire.MAX_REWARDS['triton']})", ""]
+    lines += [f"MAX_REWARDS = tl.constexpr({wire.MAX_REWARDS['triton']})"]
+    lines += [f"NO_GATE = tl.constexpr({wire.NO_GATE})"]
+    signals = len(wire.SIGNAL_COUNTS)
+    lines += ["# The group-signal counts: adjacent accumulator slots, read as one block.",
+              f"SIGNAL_COUNTS = tl.constexpr({signals})",
+              f"SIGNAL_BLOCK = tl.constexpr({1 << (signals - 1).bit_length()})"]
+    lines += _triton_options()
     for name, methods in wire.METHOD_PREDICATES.items():
         body = " | ".join(f"(method == {wire.METHOD_CODE[m]})" for m in methods) if methods else "method != method"
         lines += ["", "@triton.jit", f"def {name}(method):", f"    return {body}", ""]

@@ -11,6 +11,7 @@ from dara_kernels.check.cases import make_case
 from dara_kernels.check.sweeps import (
     Call,
     calibration_calls,
+    gate_calls,
     no_signal_calls,
     offset_calls,
     soft_minimum_calls,
@@ -77,3 +78,7 @@ def soft_minimum_sweep(backend: str, device: str = "cpu") -> int:
 
 def no_signal_sweep(backend: str, device: str = "cpu") -> int:
     return run_calls(backend, no_signal_calls(), device)
+
+
+def gate_sweep(backend: str, device: str = "cpu") -> int:
+    return run_calls(backend, gate_calls(), device)

@@ -1,6 +1,7 @@
 """The fused CPU kernel against the float64 reference. The edge sweeps
 (dara_kernels/check/sweeps.py: rewards far from zero, the calibrations,
-groups without signal, RVPO's coefficients, a batch without spread) run on
+groups without signal, RVPO's coefficients, a batch without spread, reward
+gates) run on
 it in tests/test_check.py, through `python -m dara_kernels.check`."""
 import pytest
 import torch

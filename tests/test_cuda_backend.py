@@ -14,6 +14,7 @@ from tests.sweep import (
     KS,
     LAYOUTS,
     calibration_sweep,
+    gate_sweep,
     no_signal_sweep,
     offset_sweep,
     soft_minimum_sweep,
@@ -186,3 +187,8 @@ def test_binding_rejects_what_it_cannot_run():
     with pytest.raises(RuntimeError, match=f"accumulators must have {accumulators.numel()} elements"):
         torch.ops.dara.fused_advantage(rewards, None, 16, weights[:3], None, None, None, accumulators[:-1], extrema,
                                        options)
+
+
+def test_reward_gates():
+    """Each method with a binary and a graded gate, missing gates and gated entries (tests/sweep.py)."""
+    assert gate_sweep("cuda", device="cuda") > 0

@@ -9,7 +9,7 @@ import torch
 
 import dara_kernels as dk
 from dara_kernels.integrations import patching
-from dara_kernels.integrations.core import KEYWORDS, advantages, configure
+from dara_kernels.integrations.core import KEYWORDS, advantages, configure, estimator_run
 from dara_kernels.integrations.groups import Sampling, decide
 from dara_kernels.wire import OPTION_NAMES
 
@@ -35,6 +35,19 @@ def test_settings_are_checked_with_the_setting_named(method, options, error, mat
 def test_user_options_override_the_framework_defaults():
     s = configure("dara", {"eps": 1e-3}, "here", defaults={"preset": "verl", "eps": 1e-6})
     assert s.options == {"preset": "verl", "eps": 1e-3}
+
+
+def test_reward_gates_by_component_name():
+    """verl's and SkyRL's reward keys name the columns: a gate by key needs no reward_names; a name that is
+    not a key stops the launch, with the setting named."""
+    run = estimator_run("dara", {"reward_gates": {"length": "acc"}}, ["acc", "length"], None, "cfg.opts", "keys")
+    assert run.settings.options["reward_names"] == ("acc", "length")
+    rewards = torch.tensor([[1.0, 0.5], [0.0, 0.9], [1.0, 0.2], [0.0, 0.7]])
+    gated = advantages(run.settings, rewards, group_size=2).advantages
+    by_hand = dk.fused_advantage(torch.tensor([[1.0, 0.5], [0.0, 0.0], [1.0, 0.2], [0.0, 0.0]]), 2)
+    assert torch.equal(gated, by_hand.advantages)
+    with pytest.raises(ValueError, match=r"^cfg\.opts: reward_gates: no reward named 'format'"):
+        estimator_run("dara", {"reward_gates": {"format": "acc"}}, ["acc", "length"], None, "cfg.opts", "keys")
 
 
 def test_padding_rows_are_left_out_and_get_zero():

@@ -64,3 +64,27 @@ def test_verl_singleton_rule():
     out = dk.fused_advantage(rewards, group_index=torch.tensor([0, 1, 1]), method="gdpo",
                              singleton="verl", batch_norm="none", backend="reference")
     assert out.advantages[0].item() == pytest.approx(2.0 / (1 + 1e-6))
+
+
+def test_reward_gates_follow_the_spec():
+    """docs/spec.md#reward-gates by hand: the gated column as the rule writes it (a passing gate keeps the
+    entry, a failing one makes it 0, a missing one makes it missing; a missing entry stays missing), fed to
+    the reference without gates, gives the same result as the gate."""
+    nan = float("nan")
+    gate = [1.0, 0.0, nan, 1.0, 0.0, nan, 2.0, -1.0]
+    value = [5.0, 5.0, 5.0, nan, nan, nan, 3.0, 3.0]
+    by_hand = [5.0, 0.0, nan, nan, nan, nan, 3.0, 0.0]
+    rewards = torch.tensor([gate, value]).T
+    for method in ("gdpo", "grpo", "saw"):
+        gated = dk.fused_advantage(rewards, 4, method=method, reward_gates={"length": "correct"},
+                                   reward_names=["correct", "length"], backend="reference")
+        expected = dk.fused_advantage(torch.tensor([gate, by_hand]).T, 4, method=method, backend="reference")
+        for name, a, b in zip(gated._fields, gated, expected):
+            if a is not None:
+                assert torch.equal(a, b), (method, name)
+    # nan_policy="zero" scores a missing gate as 0 first, so it fails.
+    zeroed = dk.fused_advantage(rewards, 4, reward_gates={1: 0}, nan_policy="zero", backend="reference")
+    expected = dk.fused_advantage(torch.tensor([[0.0 if g != g else g for g in gate],
+                                                [5.0, 0.0, 0.0, 0.0, 0.0, 0.0, 3.0, 0.0]]).T, 4,
+                                  nan_policy="zero", backend="reference")
+    assert torch.equal(zeroed.advantages, expected.advantages)

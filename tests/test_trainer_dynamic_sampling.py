@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import dara_kernels as dk
 from dara_train.config import TrainConfig
 from dara_train.sampling import check_sampling, next_round_groups
 
@@ -182,6 +183,19 @@ def test_no_signal_reaches_the_op_through_advantage_options():
     zeroed = trainer.advantages(rewards, lengths).advantages
     assert zeroed[:2].tolist() == [0.0, 0.0] and zeroed[2:].abs().min() > 0.01
 
+
+
+def test_reward_gates_reach_the_op_by_reward_name():
+    """advantage.options passes reward_gates on; the trainer names the columns after task.rewards."""
+    trainer = one_rank_trainer("off", [])
+    rewards = torch.tensor(VARIES + VARIES + CONFLICT + [[0, 1], [1, 1]], dtype=torch.float32)
+    lengths = torch.full((8,), 2)
+    trainer.cfg.advantage.options = {"reward_gates": {"b": "a"}}
+    gated = trainer.advantages(rewards, lengths)
+    by_hand = rewards.clone()
+    by_hand[:, 1] *= rewards[:, 0]   # b counts only where a passes
+    expected = dk.fused_advantage(by_hand, G, method="dara", response_lengths=lengths)
+    assert torch.equal(gated.advantages, expected.advantages) and torch.equal(gated.density, expected.density)
 
 pytest.importorskip("transformers")
 from dara_train.metrics import read_metrics  # noqa: E402

@@ -18,6 +18,7 @@ from tests.sweep import (
     LAYOUTS,
     calibration_sweep,
     compare_once,
+    gate_sweep,
     no_signal_sweep,
     offset_sweep,
     soft_minimum_sweep,
@@ -189,3 +190,8 @@ def test_at_the_column_limit():
 @pytest.mark.parametrize("method", dk.METHODS)
 def test_full_sweep_on_gpu(method, layout, k, dtype):
     assert sweep_against_reference("triton", method, layout, k, dtype, device="cuda") > 0
+
+
+def test_reward_gates():
+    """Each method with a binary and a graded gate, missing gates and gated entries (tests/sweep.py)."""
+    assert gate_sweep("triton", device=DEVICE) > 0

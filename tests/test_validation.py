@@ -36,6 +36,21 @@ BAD = [
     (dict(rewards=R, group_size=2, singleton="one"), ValueError, "singleton"),
     (dict(rewards=R, group_size=2, backend="tpu"), ValueError, "backend"),
     (dict(rewards=[[1.0]], group_size=1), TypeError, "rewards"),
+    (dict(rewards=R, group_size=2, reward_gates={0: 0}), ValueError, "cannot gate itself"),
+    (dict(rewards=R, group_size=2, reward_gates={"b": "a"}), ValueError, "pass reward_names"),
+    (dict(rewards=R, group_size=2, reward_gates={"b": "c"}, reward_names=["a", "b"]), ValueError, "no reward named"),
+    (dict(rewards=R, group_size=2, reward_gates={1: 2}), ValueError, "out of range for K=2"),
+    (dict(rewards=R, group_size=2, reward_gates={1: -1}), ValueError, "negative"),
+    (dict(rewards=R, group_size=2, reward_gates={0: 1, 1: 0}), ValueError, "gate each other"),
+    (dict(rewards=torch.ones(4, 3), group_size=2, reward_gates={0: 1, 1: 2, 2: 0}), ValueError, "cycle: '0' -> '1'"),
+    (dict(rewards=torch.ones(4, 3), group_size=2, reward_gates={"c": "b", "b": "a"}, reward_names=["a", "b", "c"]),
+     ValueError, "no chains"),
+    (dict(rewards=R, group_size=2, reward_gates={0: 1, "a": 1}, reward_names=["a", "b"]), ValueError, "two gates"),
+    (dict(rewards=R, group_size=2, reward_gates=[0, 1]), TypeError, "reward_gates"),
+    (dict(rewards=R, group_size=2, reward_gates={0.0: 1}), TypeError, "reward_gates"),
+    (dict(rewards=R, group_size=2, reward_names=["a"]), ValueError, "reward_names must name each of the K=2"),
+    (dict(rewards=R, group_size=2, reward_names=["a", "a"]), ValueError, "repeat"),
+    (dict(rewards=R, group_size=2, reward_names="ab"), TypeError, "reward_names"),
 ]
 
 

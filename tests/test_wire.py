@@ -43,16 +43,29 @@ def test_every_option_keyword_reaches_the_resolution(monkeypatch):
 
 
 def test_triton_kernels_read_options_by_their_field_names():
-    """An option a Triton kernel takes is a wire.KERNEL_FIELDS entry, passed by name (triton/fused.py bind)."""
+    """The Triton kernels take the option vector as one argument (triton/wire.KernelOptions, generated from
+    wire.KERNEL_FIELDS) and read each option by its field name: a new option reaches them without a signature
+    change, and every name they read is a field."""
     pytest.importorskip("triton")
-    from dara_kernels.triton import accumulate, apply, finalize
-    from dara_kernels.triton.fused import _runtime_parameters, option_arguments
+    import re
 
-    values = option_arguments(dk.resolve_options("dara", "verl"))
-    assert list(values) == [f.name for f in wire.KERNEL_FIELDS]
+    from dara_kernels.triton import accumulate, apply, finalize
+    from dara_kernels.triton.fused import _runtime_parameters
+    from dara_kernels.triton.wire import KernelOptions, kernel_options
+
+    fields = [f.name for f in wire.KERNEL_FIELDS]
+    assert list(KernelOptions._fields) == fields + ["gated", "gate"]
     for kernel in (accumulate.accumulate_kernel, finalize.finalize_kernel, apply.apply_kernel):
-        read = [name for name in _runtime_parameters(kernel) if name in values]
-        assert "method" in read and "calibration_positive" in read
+        parameters = _runtime_parameters(kernel)
+        assert "options" in parameters and not set(parameters) & set(fields)
+    source = "".join(pathlib.Path(m.__file__).read_text() for m in (accumulate, apply, finalize))
+    from dara_kernels.triton import common
+
+    read = set(re.findall(r"options\.(\w+)", source + pathlib.Path(common.__file__).read_text()))
+    assert read and read <= set(KernelOptions._fields)
+    gated = kernel_options(resolve_options("gdpo", None, reward_gates={2: 0, 1: 0}).kernel_vector())
+    assert gated.gated == 1 and gated.gate[:4] == (-1, 0, 0, -1)
+    assert kernel_options(resolve_options("gdpo", None).kernel_vector()).gated == 0
 
 
 def test_column_counts_follow_the_modes():
@@ -85,10 +98,10 @@ def test_accumulator_offsets_tile_the_vector():
 
 
 def test_signal_counts_are_adjacent():
-    """triton/finalize.py reads the three group-signal counts as one vector."""
+    """triton/finalize.py reads the group-signal counts as one vector from the first one's slot."""
     offsets = wire.segment_offsets(wire.ACCUMULATOR_SEGMENTS, 4, 5)
-    start = offsets["informative_groups"]
-    assert (offsets["sum_informative_groups"], offsets["conflict_groups"]) == (start + 1, start + 2)
+    start = offsets[wire.SIGNAL_COUNTS[0]]
+    assert [offsets[name] for name in wire.SIGNAL_COUNTS] == list(range(start, start + len(wire.SIGNAL_COUNTS)))
 
 
 def test_bad_input_counts_sit_where_distributed_mode_reads_them():

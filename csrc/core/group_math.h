@@ -53,6 +53,37 @@ DARA_HD bool is_infinite(Real r) {
   return r == r && !(r - r == Real(0));
 }
 
+// reward_gates (docs/spec.md#reward-gates): a reward counts only where its
+// gate passes (> 0). A failing gate makes a present entry 0 and a missing
+// gate (NaN) makes it missing; a missing entry stays missing, and an infinite
+// one infinite, so it is still counted as the error it is.
+template <typename Real>
+DARA_HD Real gated_reward(Real r, Real gate) {
+  return gate > Real(0) || is_infinite(r) ? r : (gate == gate ? r - r : gate);
+}
+
+// One row's K rewards as loaded, gated in place: each gate reads its column
+// as loaded, since no gate is itself gated (wire.GATE_PAIRS). For a
+// compile-time K the gate column is selected, not indexed, so that the row
+// stays in registers on the GPU (an array indexed by a runtime value lives
+// in local memory).
+template <int KT, typename Real>
+DARA_HD void gate_row(Real* r, int K, const Options& o) {
+  if (!o.gated) return;
+  if constexpr (KT > 0) K = KT;
+  for (int k = 0; k < K; ++k) {
+    const int a = o.gate[k];
+    if (a == kNoGate) continue;
+    Real gate = r[0];
+    if constexpr (KT > 0) {
+      for (int c = 1; c < KT; ++c) gate = a == c ? r[c] : gate;
+    } else {
+      gate = r[a];
+    }
+    r[k] = gated_reward(r[k], gate);
+  }
+}
+
 // A reward as the formulas see it: *x is r, or 0 for a NaN (missing) entry;
 // returns whether the entry counts (present, or NaN scored as 0 under
 // nan_policy "zero").

@@ -1,7 +1,9 @@
 // Sizes of a kernel's per-row arrays, fixed at compile time: KT rewards, or
 // for KT = 0 any K up to the backend's Limit (kMax*Rewards in wire.h), and
-// CT combined columns, or for CT = 0 at most K + 1 (positive calibration).
+// CT combined columns, or for CT = 0 the most any mode has for Limit
+// rewards (max_column_count, from wire.COLUMN_MODES).
 #pragma once
+#include "wire.h"
 
 namespace dara {
 
@@ -12,7 +14,7 @@ constexpr int max_rewards() {
 
 template <int CT, int Limit>
 constexpr int max_columns() {
-  return CT > 0 ? CT : Limit + 1;
+  return CT > 0 ? CT : max_column_count(Limit);
 }
 
 }  // namespace dara

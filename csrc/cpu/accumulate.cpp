@@ -141,7 +141,7 @@ class Group {
   void add_rows(GroupTable& table, ChunkSums<KT, CT>& t) const {
     constexpr int NC = cpu_columns<CT>();
     // The group's statistics in locals: the row loop's stores then cannot alias them.
-    const GroupRefOf<double> stored = table.ref(g_);
+    const GroupRefOf<double> stored = group_ref(table, g_, K(), o_);
     double mean[N], scale[N], weight[N];
     for (int k = 0; k < K(); ++k) {
       mean[k] = stored.mean[k];
@@ -174,7 +174,7 @@ class Group {
   // A compile-time constant for a fixed KT, so the loops over rewards unroll.
   int K() const { return KT > 0 ? KT : L_.K; }
 
-  const double* load(int64_t i, double* row) const { return load_row<KT>(rewards_, begin_ + i, K(), row); }
+  const double* load(int64_t i, double* row) const { return load_row<KT>(rewards_, begin_ + i, K(), o_, row); }
 
   double infinite_entries(int k) const {
     double row[N], found = 0.0;

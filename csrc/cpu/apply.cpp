@@ -16,13 +16,14 @@ void apply_group(const GroupedBatch& a, const AccumulatorLayout& L, const GroupT
   const Options& o = *a.options;
   const int K = KT > 0 ? KT : L.K;
   double row[cpu_rewards<KT>()], reward_a[cpu_rewards<KT>()], column_a[cpu_columns<CT>()];
-  const GroupRefOf<double> group = table.ref(g);
+  const GroupRefOf<double> group = group_ref(table, g, K, o);
   const double kappa = table.kappa[g];
   const double factor = (o.apply_query_scale ? kappa : 1.0) * args.scale;
   const unsigned signal = table.signal[g];
   const bool any = signal & kAnyActive, sum = signal & kSumActive, zeroed = signal & kZeroed;
   for (int64_t p = layout.begin(g); p < layout.end(g); ++p) {
-    const RowSignal rs = row_signal<KT, M>(load_row<KT>(rewards, p, K, row), K, o, a.base, group, reward_a, column_a);
+    const RowSignal rs =
+        row_signal<KT, M>(load_row<KT>(rewards, p, K, o, row), K, o, a.base, group, reward_a, column_a);
     const double value = row_advantage<CT>(rs, column_a, L.C, args.combine, args.shift, factor);
     out.advantages[p * out.stride] = zeroed ? 0.0f : static_cast<float>(value);
     out.keep[p] = rs.keep;

@@ -81,11 +81,12 @@ void dispatch_rows(const RewardMatrix& rewards, const Options& o, const F& f) {
   });
 }
 
-// Row j of the rewards, in doubles.
+// Row j of the rewards, in doubles, with the options' reward gates applied.
 template <int KT, typename scalar_t>
-inline const double* load_row(const scalar_t* rewards, int64_t j, int K, double* out) {
+inline const double* load_row(const scalar_t* rewards, int64_t j, int K, const Options& o, double* out) {
   if constexpr (KT > 0) K = KT;
   for (int k = 0; k < K; ++k) out[k] = static_cast<double>(rewards[j * K + k]);
+  gate_row<KT>(out, K, o);
   return out;
 }
 

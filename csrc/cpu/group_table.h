@@ -1,38 +1,16 @@
-// What accumulate leaves for apply, per group (docs/spec.md#group-statistics):
-// each reward's mean and scale, DVAO's group weights w_gk, GRPO's
-// summed-column mean and scale, the GD2PO query scale kappa_g and the
-// group's signal flags (docs/spec.md#group-signal).
+// The per-group table (GroupTable, core/wire.h: what accumulate leaves for
+// apply, docs/spec.md#group-statistics) as the CPU row formulas read one group.
 #pragma once
 #include <cstdint>
-#include <vector>
 
 #include "../core/row_signal.h"
 #include "../core/wire.h"
 
 namespace dara {
 
-struct GroupTable {
-  int K;
-  std::vector<double> mean, scale;          // [B, K]
-  std::vector<double> weight;               // [B, K] DVAO, else empty
-  std::vector<double> sum_mean, sum_scale;  // [B] GRPO, else empty
-  std::vector<double> kappa;                // [B]
-  std::vector<uint8_t> signal;              // [B] GroupSignal bits
-
-  GroupTable(int64_t groups, int num_rewards, const Options& o)
-      : K(num_rewards),
-        mean(groups * num_rewards),
-        scale(groups * num_rewards),
-        weight(o.group_weighted() ? groups * num_rewards : 0),
-        sum_mean(o.summed_reward() ? groups : 0),
-        sum_scale(o.summed_reward() ? groups : 0),
-        kappa(groups),
-        signal(groups) {}
-
-  GroupRefOf<double> ref(int64_t g) const {
-    return {mean.data() + g * K, scale.data() + g * K, weight.empty() ? nullptr : weight.data() + g * K,
-            sum_mean.empty() ? 0.0 : sum_mean[g], sum_scale.empty() ? 0.0 : sum_scale[g]};
-  }
-};
+inline GroupRefOf<double> group_ref(const GroupTable& t, int64_t g, int K, const Options& o) {
+  return {t.mean + g * K, t.scale + g * K, o.group_weighted() ? t.weight + g * K : nullptr,
+          o.summed_reward() ? t.sum_mean[g] : 0.0, o.summed_reward() ? t.sum_scale[g] : 0.0};
+}
 
 }  // namespace dara

@@ -177,8 +177,8 @@ __device__ void accumulate_group(const CudaProblem& p, const Table& t, const dou
     group.sum_mean = summed.mean;
     group.sum_scale = static_cast<Real>(summed.scale);
     if (lane == 0) {
-      t.sum_stats[2 * g] = summed.mean;
-      t.sum_stats[2 * g + 1] = summed.scale;
+      t.sum_mean[g] = summed.mean;
+      t.sum_scale[g] = summed.scale;
     }
   }
   const unsigned group_bits = group_signal(any_active, summed.active != 0.0, o);
@@ -228,7 +228,7 @@ __device__ void accumulate_group(const CudaProblem& p, const Table& t, const dou
     acc[L.token_total()] += token_total;
     acc[L.infinite_rewards()] += infinite;
     acc[L.missing_rewards()] += static_cast<double>((end - begin) * K) - entries;
-    t.kappa[g] = static_cast<float>(kept) / static_cast<float>(end - begin);
+    t.kappa[g] = static_cast<double>(kept) / static_cast<double>(end - begin);
   }
 }
 

@@ -42,10 +42,10 @@ __global__ void apply_kernel(CudaProblem p, Table t, const double* affine, CudaA
     }
     GroupRefOf<Real> group{mean, sc, o.group_weighted() ? weight : nullptr, 0.0, Real(0)};
     if (o.summed_reward()) {
-      group.sum_mean = t.sum_stats[2 * g];
-      group.sum_scale = static_cast<Real>(t.sum_stats[2 * g + 1]);
+      group.sum_mean = t.sum_mean[g];
+      group.sum_scale = static_cast<Real>(t.sum_scale[g]);
     }
-    const float kappa = t.kappa[g];
+    const double kappa = t.kappa[g];
     const unsigned signal = t.signal[g];
     const bool any = signal & kAnyActive, sum = signal & kSumActive, zeroed = signal & kZeroed;
     const double factor = (o.apply_query_scale ? kappa : 1.0) * scale;
@@ -61,7 +61,7 @@ __global__ void apply_kernel(CudaProblem p, Table t, const double* affine, CudaA
         value = zeroed ? 0.0f : static_cast<float>(row_advantage<0>(rs, column_d, C, combine, shift, factor));
         out.advantages[j] = value;
         out.keep[j] = rs.keep;
-        out.query_scale[j] = kappa;
+        out.query_scale[j] = static_cast<float>(kappa);
         out.informative[j] = any;
         out.sum_informative[j] = sum;
       }

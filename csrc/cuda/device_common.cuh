@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../core/group_math.h"
 #include "../core/row_arrays.h"
 #include "launch.h"
 
@@ -19,10 +20,10 @@ constexpr int cuda_rewards() {
   return max_rewards<KT, kMaxCudaRewards>();
 }
 
-// The combined columns of any mode for KT rewards: at most K + 1.
+// The combined columns of any mode for KT rewards (max_column_count, wire.COLUMN_MODES).
 template <int KT>
 constexpr int cuda_columns() {
-  return max_columns<KT + (KT > 0), kMaxCudaRewards>();
+  return max_column_count(cuda_rewards<KT>());
 }
 
 // A mask entry, or a reward of a type narrower than double, as a float.
@@ -77,8 +78,9 @@ __device__ __forceinline__ int64_t row_at(const CudaProblem& p, int64_t position
   return p.rows ? p.rows[position] : position;
 }
 
-// Row j's K rewards in the row type: float64 rewards take the double
-// kernels (dispatch_rows), every narrower type the float ones.
+// Row j's K rewards in the row type, with the options' reward gates
+// applied: float64 rewards take the double kernels (dispatch_rows), every
+// narrower type the float ones.
 template <int KT, typename Real>
 __device__ __forceinline__ void load_row(const CudaProblem& p, int64_t j, int K, Real* r) {
   for (int k = 0; k < (KT > 0 ? KT : K); ++k) {
@@ -88,6 +90,7 @@ __device__ __forceinline__ void load_row(const CudaProblem& p, int64_t j, int K,
       r[k] = load_as_float(p.rewards, p.rewards_dtype, j * K + k);
     }
   }
+  gate_row<KT>(r, K, p.options);
 }
 
 // b_k: the row formulas take them in double (GRPO's summed reward is a double sum).

@@ -34,17 +34,11 @@ struct CudaProblem {
   Options options;
 };
 
-// Per group, written by accumulate, read by apply, in double: the mean stays
-// double in the row formulas (row_signal.h); both kernels round the scales
-// and weights to the row type in registers, so they see the same values.
-struct Table {
-  double* mean;       // [B, K]
-  double* scale;      // [B, K]
-  double* weight;     // [B, K] DVAO only
-  double* sum_stats;  // [B, 2] GRPO only: the summed column's mean and scale
-  float* kappa;       // [B]
-  uint8_t* signal;    // [B] GroupSignal bits (core/group_math.h)
-};
+// The per-group table (GroupTable, core/wire.h), written by accumulate and
+// read by apply, in double: the mean stays double in the row formulas
+// (row_signal.h); both kernels round the scales and weights to the row type
+// in registers, so they see the same values.
+using Table = GroupTable;
 
 struct Reduction {
   double* partial;                   // [blocks, M]

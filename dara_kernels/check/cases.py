@@ -109,3 +109,19 @@ def signal_rewards(gen: torch.Generator, n: int) -> torch.Tensor:
     rewards[4:8, :3] = torch.tensor([[2.0, 0.0, 0.0], [0.0, 1.0, 1.0]]).repeat(2, 1)
     rewards[9, 2] = float("nan")
     return rewards
+
+
+def gate_rewards(gen: torch.Generator, n: int) -> torch.Tensor:
+    """K = 4: correctness (0/1), a format reward (0/1), a graded length reward
+    (-2 to 2) and a graded gate with negative, zero and positive values; about
+    one entry in eight missing in every column but the format one, so that
+    gates and gated entries are missing, alone and together."""
+    correct = (torch.rand(n, generator=gen) < 0.5).double()
+    fmt = (torch.rand(n, generator=gen) < 0.3).double()
+    length = torch.randint(-2, 3, (n,), generator=gen).double()
+    graded = torch.tensor([-1.0, 0.0, 0.5, 2.0], dtype=torch.float64)[torch.randint(0, 4, (n,), generator=gen)]
+    rewards = torch.stack([correct, fmt, length, graded], 1)
+    for column in (0, 2, 3):
+        rewards[torch.rand(n, generator=gen) < 0.125, column] = float("nan")
+    return rewards
+

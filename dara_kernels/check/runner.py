@@ -21,6 +21,7 @@ from .compare import TOLERANCES, Comparison, compare
 from .sweeps import (
     Call,
     calibration_calls,
+    gate_calls,
     no_signal_calls,
     offset_calls,
     soft_minimum_calls,
@@ -50,7 +51,7 @@ def check_calls(max_k: int, edges: tuple[int, ...]) -> Iterator[Call]:
     return itertools.chain(
         k_range_calls(max_k, edges), option_calls(), dtype_calls(),
         *(offset_calls(method) for method in METHODS),
-        calibration_calls(), spreadless_calls(), soft_minimum_calls(), no_signal_calls())
+        calibration_calls(), spreadless_calls(), soft_minimum_calls(), no_signal_calls(), gate_calls())
 
 
 @dataclass

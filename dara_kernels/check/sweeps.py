@@ -1,7 +1,8 @@
 """Calls that probe one numerical edge each, run on every backend against the
 float64 reference by the check (`python -m dara_kernels.check`) and by each
 backend's tests (tests/sweep.py): rewards far from zero, the calibrations,
-a batch without spread, RVPO's risk coefficients, groups without signal."""
+a batch without spread, RVPO's risk coefficients, groups without signal,
+reward gates."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ import torch
 from ..api import fused_advantage
 from ..output import AdvantageOutput
 from ..wire import METHODS
-from .cases import calibration_rewards, offset_rewards, signal_rewards
+from .cases import calibration_rewards, gate_rewards, offset_rewards, signal_rewards
 
 
 @dataclass(frozen=True)
@@ -142,3 +143,26 @@ def no_signal_calls(n: int = 64) -> Iterator[Call]:
             for (name, layout), extra in pairs:
                 yield Call(f"{method} no_signal={rule} {name}", rewards, {**layout, **extra},
                            dict(method=method, no_signal=rule))
+
+
+# Length counts only where correct, format only where the graded gate is
+# positive: by name, and by column index.
+GATE_NAMES = ["correct", "format", "length", "graded"]
+GATES = [dict(reward_gates={"length": "correct", "format": "graded"}, reward_names=GATE_NAMES),
+         dict(reward_gates={2: 0, 1: 3})]
+
+
+def gate_calls(n: int = 48) -> Iterator[Call]:
+    """Every method with reward gates (docs/spec.md#reward-gates): a binary
+    and a graded gate, gates and gated entries missing; by turns, gates by
+    name with fixed groups, response normalisation and nan_policy="ignore",
+    and by index with shuffled groups, token normalisation and "zero" (a
+    missing gate counts as 0, so it fails)."""
+    for seed, method in enumerate(METHODS):
+        gen = torch.Generator().manual_seed(700 + seed)
+        rewards = gate_rewards(gen, n).float()
+        lengths = torch.randint(1, 30, (n,), generator=gen)
+        by_token = {"batch_norm": "token", "response_lengths": lengths}
+        (name, layout), extra = layouts(gen, n, 4)[seed % 2], ({}, by_token)[seed % 2]
+        options = dict(method=method, nan_policy=("ignore", "zero")[seed % 2], **GATES[seed % 2])
+        yield Call(f"{method} gates {name}", rewards, {**layout, **extra}, options)

@@ -17,6 +17,8 @@ from .sweeps import Call
 REWARD_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 MASK_DTYPES = (torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
                torch.float64)
+# option_calls' K: the names and gates below are for four columns.
+OPTION_K = 4
 # Fixed layouts cycled over the K range: one group of 97, groups of one, groups of 13 and of 8.
 FIXED_SHAPES = ((97, 97), (97, 1), (104, 13), (64, 8))
 
@@ -24,7 +26,9 @@ FIXED_SHAPES = ((97, 97), (97, 1), (104, 13), (64, 8))
 def option_values(option: Option, default: Any) -> tuple:
     """The values of an option the check runs, by its kind: every choice,
     the other flag, a real value far from the default, a positive
-    coefficient 1000 times either side of it, no cap and a cap that binds."""
+    coefficient 1000 times either side of it, no cap and a cap that binds,
+    a name for each of OPTION_K columns, and two gates by index (reward 1
+    counts only where reward 0 passes, reward 3 only where reward 2 does)."""
     if option.check == "choice":
         return option.choices
     if option.check == "flag":
@@ -36,6 +40,10 @@ def option_values(option: Option, default: Any) -> tuple:
         return (default / 1000.0, default * 1000.0)
     if option.check == "cap":
         return (math.inf, default / 2.0)
+    if option.check == "names":
+        return (tuple(f"reward{i}" for i in range(OPTION_K)),)
+    if option.check == "gates":
+        return ({1: 0, 3: 2},)
     raise ValueError(f"the check has no values for option {option.name!r} of kind {option.check!r}: "
                      "give its kind a rule in dara_kernels/check/table_sweeps.py (option_values)")
 
@@ -96,7 +104,7 @@ def option_calls() -> Iterator[Call]:
     under every preset, with reward weights, and with reward bounds where
     its weights read the batch's extremes; K = 4, shuffled uneven groups, a
     bool mask (so that token normalisation has its weights)."""
-    case = make_case(11, "shuffled", 4, shape=(97,))
+    case = make_case(11, "shuffled", OPTION_K, shape=(97,))
     inputs = case.kwargs(with_mask=True)
     for method in METHODS:
         extras = [{option.name: value} for option, value in _method_options(method)]

@@ -69,7 +69,8 @@ class Run:
 def estimator_run(estimator: str, options: Mapping, keys, weights, where: str, keys_setting: str,
                   defaults: Optional[Mapping] = None, keys_hint: str = "") -> Run:
     """The settings of `estimator` (ESTIMATORS) with the user's `options` (set at `where`) on the components
-    named by `keys` (set at `keys_setting`), weighted by `weights` (one per key, or None)."""
+    named by `keys` (set at `keys_setting`), weighted by `weights` (one per key, or None). The keys are the
+    columns' reward_names unless the options name them."""
     if not keys:
         raise ValueError(f"{' / '.join(ESTIMATORS)} need {keys_setting}: the reward components{keys_hint}")
     if weights is not None and len(weights) != len(keys):
@@ -78,6 +79,8 @@ def estimator_run(estimator: str, options: Mapping, keys, weights, where: str, k
     if estimator == "gdpo_fused" and "method" in options:
         raise ValueError(f"{where}.method is for the dara estimator; gdpo_fused is GDPO")
     method = "gdpo" if estimator == "gdpo_fused" else options.pop("method", "dara")
+    # The components' names name the columns, so that reward_gates can gate by them.
+    defaults = {"reward_names": tuple(str(key) for key in keys), **(defaults or {})}
     return Run(configure(method, options, where, defaults), list(keys), None if weights is None else list(weights))
 
 

@@ -1,8 +1,9 @@
 """Accumulate stage: each program walks groups pid, pid + P, ... and writes
 its partial batch accumulators (offsets from the generated wire module) and
-extremes; the per-group table (float64 means, scales, DVAO weights, GRPO's
-summed-column statistics, kappa) is left for apply. Partials are summed in
-program order by finalize, so results are deterministic. Lanes: common.py."""
+extremes; the per-group table (`table`, wire.GroupTable: means, scales, DVAO
+weights, GRPO's summed-column statistics, kappa, signal bits) is left for
+apply. Partials are summed in program order by finalize, so results are
+deterministic. Lanes: common.py."""
 import triton
 import triton.language as tl
 
@@ -12,6 +13,7 @@ from .common import (
     SUM_ACTIVE,
     ZEROED,
     finish_column,
+    gate_lanes,
     group_bounds,
     group_signal,
     load_tile,
@@ -22,38 +24,41 @@ from .common import (
 
 @triton.jit
 def accumulate_kernel(
-    rewards_ptr, rows_ptr, offsets_ptr, num_groups_ptr, base_ptr, token_ptr,
-    mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, signal_ptr, partial_ptr, extrema_ptr,
-    K, C, group_size, has_token,
-    method, eps, active_tol, nan_to_zero, unbiased, scale_by_std, singleton_verl, calibration_positive, rvpo_k,
-    no_signal_zero,
+    rewards_ptr, rows_ptr, offsets_ptr, group_count_ptr, base_ptr, token_ptr, table, partial_ptr, extrema_ptr,
+    K, C, group_size, has_token, options,
     HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
-    num_groups = tl.load(num_groups_ptr)
+    num_groups = tl.load(group_count_ptr)
+    method = options.method
     combined = wire.summed_reward(method)
     group_weighted = wire.group_weighted(method)
     drops = wire.drops_conflicts(method)
     raw = wire.raw_extremes(method)
-    positive = calibration_positive
+    positive = options.calibration_positive
     kk = tl.arange(0, BLOCK_K)
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
     base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
+    gate, has_gate = gate_lanes(options, kr, positive)
     zero_k = tl.zeros([BLOCK_K], dtype=tl.float64)
     zero = tl.full((), 0.0, tl.float64)
-    groups = zero
-    informative_groups = zero
-    sum_informative_groups = zero
-    conflict_groups = zero
-    rows = zero
+    # Counts are kept in int32, a register each rather than a double's two: the 8-lane
+    # accumulate sat at its register cap.
+    none_k = tl.zeros([BLOCK_K], dtype=tl.int32)
+    none = tl.full((), 0, tl.int32)
+    groups = none
+    informative_groups = none
+    sum_informative_groups = none
+    conflict_groups = none
+    rows = none
     token_total = zero
-    infinite_v = zero_k
-    missing_v = zero_k
-    active_v = zero_k
+    infinite_v = none_k
+    missing_v = none_k
+    active_v = none_k
     energy_v = zero_k
-    count_v = zero_k
+    count_v = none_k
     sum_sq_v = zero_k
     raw_sum_v = zero_k
     weight_v = zero_k
@@ -74,12 +79,12 @@ def accumulate_kernel(
         sum_count = zero
         sum_total = zero
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
                                              HAS_INDEX, BLOCK_R)
             xv = tl.where(valid, x, 0.0)
             count += tl.sum(valid.to(tl.float64), 0)
             total += tl.sum(xv, 0)
-            infinite_v += tl.sum((valid & (tl.abs(x) == float("inf"))).to(tl.float64), 0)
+            infinite_v += tl.sum((valid & (tl.abs(x) == float("inf"))).to(tl.int32), 0)
             # The weighted summed reward (GRPO's column, every method's signal test).
             scorable = tl.sum(valid.to(tl.int32), 1) > 0
             sum_count += tl.sum(scorable.to(tl.float64), 0)
@@ -89,27 +94,26 @@ def accumulate_kernel(
                 max_v = tl.maximum(max_v, tl.max(tl.where(valid, x, float("-inf")), 0))
                 max_negated_v = tl.maximum(max_negated_v, tl.max(tl.where(valid, -x, float("-inf")), 0))
         # Entries that do not count (NaN, unless scored as 0).
-        missing_v += tl.where(kmask, size - count, 0.0)
+        missing_v += tl.where(kmask, size - count, 0.0).to(tl.int32)
         mean = total / tl.maximum(count, 1.0)
         sum_mean = sum_total / tl.maximum(sum_count, 1.0)
         dev = zero_k
         sum_dev = zero
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
                                              HAS_INDEX, BLOCK_R)
             d = tl.where(valid, x - mean[None, :], 0.0)
             dev += tl.sum(d * d, 0)
             scorable = tl.sum(valid.to(tl.int32), 1) > 0
             dr = row_reward_sum(x, valid, base) - sum_mean
             sum_dev += tl.sum(tl.where(scorable, dr * dr, 0.0), 0)
-        mean, std, scale, active = finish_column(count, mean, dev, eps, active_tol,
-                                                 unbiased, scale_by_std, singleton_verl)
-        # The row formulas use the float32 scale apply reads back from the table.
-        scale = scale.to(tl.float32)
-        tl.store(mean_ptr + g * K + kr, mean, mask=kmask)
-        tl.store(scale_ptr + g * K + kr, scale, mask=kmask)
-        active_v += active.to(tl.float64)
-        count_v += count
+        mean, std, scale64, active = finish_column(count, mean, dev, options)
+        # The row formulas use the scale rounded to float32, as apply rounds the table's.
+        scale = scale64.to(tl.float32)
+        tl.store(table.mean + g * K + kr, mean, mask=kmask)
+        tl.store(table.scale + g * K + kr, scale64, mask=kmask)
+        active_v += active.to(tl.int32)
+        count_v += count.to(tl.int32)
         raw_sum_v += total
         weight = no_weight
         if group_weighted:
@@ -118,29 +122,27 @@ def accumulate_kernel(
             dvao_weight = tl.where(spread_total != 0.0, spread / tl.where(spread_total != 0.0, spread_total, 1.0),
                                    0.0)
             weight = dvao_weight.to(tl.float32)
-            tl.store(weight_ptr + g * K + kr, weight, mask=kmask)
+            tl.store(table.weight + g * K + kr, dvao_weight, mask=kmask)
             weight_v += dvao_weight
-        sum_mean, sum_std, sum_scale64, sum_active = finish_column(
-            sum_count, sum_mean, sum_dev, eps, active_tol, unbiased, scale_by_std, singleton_verl)
+        sum_mean, sum_std, sum_scale64, sum_active = finish_column(sum_count, sum_mean, sum_dev, options)
         sum_scale = no_scale
         if combined:
             sum_scale = sum_scale64.to(tl.float32)
-            tl.store(sum_stats_ptr + 2 * g, sum_mean)
-            tl.store(sum_stats_ptr + 2 * g + 1, sum_scale.to(tl.float64))
-        signal = group_signal(tl.sum(active.to(tl.int32), 0) > 0, sum_active, combined, no_signal_zero)
-        tl.store(signal_ptr + g, signal.to(tl.int8))
-        informative_groups += ((signal & ANY_ACTIVE) != 0).to(tl.float64)
-        sum_informative_groups += ((signal & SUM_ACTIVE) != 0).to(tl.float64)
-        conflict_groups += ((signal & (ANY_ACTIVE | SUM_ACTIVE)) == ANY_ACTIVE).to(tl.float64)
+            tl.store(table.sum_mean + g, sum_mean)
+            tl.store(table.sum_scale + g, sum_scale64)
+        signal = group_signal(tl.sum(active.to(tl.int32), 0) > 0, sum_active, options)
+        tl.store(table.signal + g, signal.to(tl.uint8))
+        informative_groups += ((signal & ANY_ACTIVE) != 0).to(tl.int32)
+        sum_informative_groups += ((signal & SUM_ACTIVE) != 0).to(tl.int32)
+        conflict_groups += ((signal & (ANY_ACTIVE | SUM_ACTIVE)) == ANY_ACTIVE).to(tl.int32)
         counted = (signal & ZEROED) == 0
-        groups += 1.0
+        groups += 1
         kept = size.to(tl.float32)
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, kmask, K, method, positive, rvpo_k,
-                                                 BLOCK_K > wire.MAX_REWARDS)
+                                                 kk, kmask, K, options, BLOCK_K > wire.MAX_REWARDS)
             energy_v += tl.sum(a * a, 0).to(tl.float64)
             if drops:
                 kept -= tl.sum((~keep & rmask).to(tl.float32), 0)
@@ -149,7 +151,7 @@ def accumulate_kernel(
             # variance as a difference of these sums, which cancels when the
             # batch has little spread (in float: 5.6e-4 of batch_std where it is 0).
             col = tl.where(selected[:, None], col, 0.0).to(tl.float64)
-            rows += tl.sum(selected.to(tl.float32), 0).to(tl.float64)
+            rows += tl.sum(selected.to(tl.int32), 0)
             signal_v += tl.sum(col, 0)
             outer = col[:, :, None] * col[:, None, :]
             cross_m += tl.sum(outer, 0)
@@ -159,7 +161,7 @@ def accumulate_kernel(
                 token_total += tl.sum(w, 0)
                 token_signal_v += tl.sum(col * w[:, None], 0)
                 token_cross_m += tl.sum(outer * w[:, None, None], 0)
-        tl.store(kappa_ptr + g, kept / size.to(tl.float32))
+        tl.store(table.kappa + g, (kept / size.to(tl.float32)).to(tl.float64))
     out = partial_ptr + pid * wire.accumulator_size(K, C)
     first = kk == 0
     tl.store(out + wire.groups_at(K, C) + kk, groups + zero_k, mask=first)
@@ -172,9 +174,9 @@ def accumulate_kernel(
     tl.store(out + wire.informative_groups_at(K, C) + kk, informative_groups + zero_k, mask=first)
     tl.store(out + wire.sum_informative_groups_at(K, C) + kk, sum_informative_groups + zero_k, mask=first)
     tl.store(out + wire.conflict_groups_at(K, C) + kk, conflict_groups + zero_k, mask=first)
-    tl.store(out + wire.active_at(K, C) + kr, active_v, mask=kmask)
+    tl.store(out + wire.active_at(K, C) + kr, active_v.to(tl.float64), mask=kmask)
     tl.store(out + wire.energy_at(K, C) + kr, energy_v, mask=kmask)
-    tl.store(out + wire.raw_count_at(K, C) + kr, count_v, mask=kmask)
+    tl.store(out + wire.raw_count_at(K, C) + kr, count_v.to(tl.float64), mask=kmask)
     tl.store(out + wire.raw_sum_at(K, C) + kr, raw_sum_v, mask=kmask)
     tl.store(out + wire.raw_sum_sq_at(K, C) + kr, sum_sq_v, mask=kmask)
     tl.store(out + wire.group_weight_at(K, C) + kr, weight_v, mask=kmask)

@@ -6,48 +6,49 @@ import triton
 import triton.language as tl
 
 from . import wire
-from .common import ANY_ACTIVE, SUM_ACTIVE, ZEROED, group_bounds, load_tile, row_columns
+from .common import ANY_ACTIVE, SUM_ACTIVE, ZEROED, gate_lanes, group_bounds, load_tile, row_columns
 
 
 @triton.jit
 def apply_kernel(
-    rewards_ptr, rows_ptr, offsets_ptr, num_groups_ptr, base_ptr,
-    mean_ptr, scale_ptr, weight_ptr, sum_stats_ptr, kappa_ptr, signal_ptr, affine_ptr,
+    rewards_ptr, rows_ptr, offsets_ptr, group_count_ptr, base_ptr, table, affine_ptr,
     advantages_ptr, keep_ptr, query_scale_ptr, informative_ptr, sum_informative_ptr,
-    K, C, group_size, method, nan_to_zero, apply_query_scale, calibration_positive, rvpo_k,
+    K, C, group_size, options,
     HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
-    num_groups = tl.load(num_groups_ptr)
+    num_groups = tl.load(group_count_ptr)
+    method = options.method
     combined = wire.summed_reward(method)
-    positive = calibration_positive
+    positive = options.calibration_positive
     kk = tl.arange(0, BLOCK_K)
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
     base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
+    gate, has_gate = gate_lanes(options, kr, positive)
     combine = tl.load(affine_ptr + kk, mask=kk < C, other=0.0).to(tl.float32)
     shift = tl.load(affine_ptr + C).to(tl.float32)
     batch_scale = tl.load(affine_ptr + C + 1).to(tl.float32)
     for g in range(pid, num_groups, programs):
         begin, end = group_bounds(offsets_ptr, g, group_size, HAS_INDEX)
-        mean = tl.load(mean_ptr + g * K + kr, mask=kmask, other=0.0)
-        scale = tl.load(scale_ptr + g * K + kr, mask=kmask, other=0.0)
-        weight = tl.load(weight_ptr + g * K + kr, mask=kmask & wire.group_weighted(method + kk * 0), other=0.0)
-        sum_mean = tl.load(sum_stats_ptr + 2 * g, mask=combined, other=0.0)
-        sum_scale = tl.load(sum_stats_ptr + 2 * g + 1, mask=combined, other=0.0).to(tl.float32)
-        kappa = tl.load(kappa_ptr + g)
-        signal = tl.load(signal_ptr + g).to(tl.int32)
+        mean = tl.load(table.mean + g * K + kr, mask=kmask, other=0.0)
+        scale = tl.load(table.scale + g * K + kr, mask=kmask, other=0.0).to(tl.float32)
+        weight = tl.load(table.weight + g * K + kr, mask=kmask & wire.group_weighted(method + kk * 0),
+                         other=0.0).to(tl.float32)
+        sum_mean = tl.load(table.sum_mean + g, mask=combined, other=0.0)
+        sum_scale = tl.load(table.sum_scale + g, mask=combined, other=0.0).to(tl.float32)
+        kappa = tl.load(table.kappa + g).to(tl.float32)
+        signal = tl.load(table.signal + g).to(tl.int32)
         any_active = (signal & ANY_ACTIVE) != 0
         sum_active = (signal & SUM_ACTIVE) != 0
         counted = (signal & ZEROED) == 0
-        factor = tl.where(apply_query_scale != 0, batch_scale * kappa, batch_scale)
+        factor = tl.where(options.apply_query_scale != 0, batch_scale * kappa, batch_scale)
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, kmask, K, method, positive, rvpo_k,
-                                                 BLOCK_K > wire.MAX_REWARDS)
+                                                 kk, kmask, K, options, BLOCK_K > wire.MAX_REWARDS)
             s = tl.sum(col * combine[None, :], 1)
             value = tl.where(keep & scorable & counted, (s - shift) * factor, 0.0)
             tl.store(advantages_ptr + idx, value, mask=rmask)

@@ -1,10 +1,11 @@
 """Device helpers shared by the Triton stages: tile loads and the per-column
 formulas of docs/spec.md#group-statistics and #normalised-advantage, the same
 as csrc/core/group_math.h and row_signal.h.
-Options arrive as runtime flags, not constexprs: only the group layout, the
-block sizes and the pointer dtypes specialise a kernel, so the whole set of
-variants the op can launch stays small enough to compile ahead of time
-(scripts/check_triton_compiles.py).
+Options arrive as one runtime argument, `options` (wire.KernelOptions, the
+packed option vector), whose fields the formulas read by name, not as
+constexprs: only the group layout, the block sizes and the pointer dtypes
+specialise a kernel, so the whole set of variants the op can launch stays
+small enough to compile ahead of time (scripts/check_triton_compiles.py).
 
 Precision: rewards are read as float64 and a group's sums, mean and spread
 stay float64, so a reward far from zero relative to its spread (a reward-model
@@ -23,11 +24,35 @@ from . import wire
 
 
 @triton.jit
-def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
+def gate_lanes(options, kr, positive):
+    """(each lane's gate as the lane it is read from, its own where it has
+    none; whether it has one): options.gate by reward, no gate anywhere
+    without options.gated. Taken once per kernel."""
+    source = kr + positive
+    has_gate = kr < 0
+    for i in tl.static_range(wire.MAX_REWARDS):
+        here = (kr == i) & (options.gate[i] != wire.NO_GATE)
+        source = tl.where(here, options.gate[i] + positive, source)
+        has_gate = has_gate | here
+    return source, has_gate & (kr >= 0)
+
+
+@triton.jit
+def gated_rewards(x, passes, gate_missing):
+    """docs/spec.md#reward-gates, as csrc/core/group_math.h's gated_reward: x
+    where the gate passes (> 0); a failing gate makes a present entry 0, a
+    missing gate (NaN) makes it missing; a missing entry stays missing and an
+    infinite one infinite."""
+    keep = passes | (tl.abs(x) == float("inf"))
+    return tl.where(keep, x, tl.where(gate_missing | (x != x), float("nan"), 0.0))
+
+
+@triton.jit
+def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
               HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr):
     """[BLOCK_R, BLOCK_K] rewards of sorted positions r0.. as float64 (reward
-    kr in each lane), the valid-entry mask, the rows' indices and the in-group
-    row mask."""
+    kr in each lane), gated (`gate`, `has_gate`: gate_lanes),
+    the valid-entry mask, the rows' indices and the in-group row mask."""
     rr = r0 + tl.arange(0, BLOCK_R)
     rmask = rr < end
     if HAS_INDEX:
@@ -36,7 +61,12 @@ def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, nan_to_zero,
         idx = rr.to(tl.int64)
     m2 = rmask[:, None] & kmask[None, :]
     x = tl.load(rewards_ptr + idx[:, None] * K + kr[None, :], mask=m2, other=float("nan")).to(tl.float64)
-    x = tl.where(m2 & (x != x) & (nan_to_zero != 0), 0.0, x)
+    # The gate's value taken from the tile itself rather than read again: a second masked load per tile made
+    # the 8-lane float64 accumulate spill at its register cap; a branch on options.gated, the 4-lane one.
+    gated = m2 & has_gate[None, :]
+    g = tl.gather(x, tl.broadcast_to(gate[None, :], x.shape), 1)
+    x = tl.where(gated, gated_rewards(x, g > 0.0, g != g), x)
+    x = tl.where(m2 & (x != x) & (options.nan_to_zero != 0), 0.0, x)
     valid = m2 & (x == x)
     return x, valid, idx, rmask
 
@@ -53,17 +83,17 @@ def group_bounds(offsets_ptr, g, group_size, HAS_INDEX: tl.constexpr):
 
 
 @triton.jit
-def finish_column(count, mean, dev, eps, active_tol, unbiased, scale_by_std, singleton_verl):
+def finish_column(count, mean, dev, options):
     """(mean, std, scale, active) in float64 from the valid entries' count,
     mean and sum of squared deviations; scale is 0 when the pair is inactive."""
-    divisor = tl.where(unbiased != 0, count - 1.0, count)
+    divisor = tl.where(options.unbiased != 0, count - 1.0, count)
     std = tl.where(count >= 2.0, tl.sqrt(dev / tl.maximum(divisor, 1.0)), 0.0)
-    active = (count >= 2.0) & (std > active_tol)
-    single = (count == 1.0) & (singleton_verl != 0)
+    active = (count >= 2.0) & (std > options.active_tol)
+    single = (count == 1.0) & (options.singleton_verl != 0)
     mean = tl.where(single, 0.0, mean)
     std = tl.where(single, 1.0, std)
     used = active | single
-    scale = tl.where(used, tl.where(scale_by_std != 0, 1.0 / (std + eps), 1.0), 0.0)
+    scale = tl.where(used, tl.where(options.scale_by_std != 0, 1.0 / (std + options.eps), 1.0), 0.0)
     return mean, std, scale, active
 
 
@@ -74,12 +104,12 @@ ZEROED = tl.constexpr(4)
 
 
 @triton.jit
-def group_signal(any_active, sum_active, summed_reward, no_signal_zero):
+def group_signal(any_active, sum_active, options):
     """Some reward active; the weighted summed reward varies; and whether
     no_signal="zero" takes the group out (GRPO's own signal is its sum)."""
-    signal = tl.where(summed_reward, sum_active, any_active)
+    signal = tl.where(wire.summed_reward(options.method), sum_active, any_active)
     return (tl.where(any_active, ANY_ACTIVE, 0) | tl.where(sum_active, SUM_ACTIVE, 0)
-            | tl.where((no_signal_zero != 0) & ~signal, ZEROED, 0))
+            | tl.where((options.no_signal_zero != 0) & ~signal, ZEROED, 0))
 
 
 @triton.jit
@@ -119,7 +149,7 @@ def soft_minimum(a, base, kmask, K, rvpo_k):
 
 
 @triton.jit
-def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, kmask, K, method, positive, rvpo_k,
+def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, kmask, K, options,
                 WIDE: tl.constexpr):
     """Per-reward A_jk, the row's combined columns by lane and each row's
     scorable/keep flags (docs/spec.md#aggregation). x, mean, base and sum_mean
@@ -129,6 +159,7 @@ def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, km
     which only positive calibration's K + 1 columns need; its methods (dara,
     static) take none of the other methods' row work, so it is left out there
     (with it, the 32-lane accumulate spilled)."""
+    method = options.method
     a = tl.where(valid, (x - mean[None, :]).to(tl.float32) * scale[None, :], 0.0)
     scorable = tl.sum(valid.to(tl.int32), 1) > 0
     keep = tl.full(scorable.shape, True, tl.int1)
@@ -140,12 +171,12 @@ def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, km
             has_negative = tl.sum((a < 0.0).to(tl.int32), 1) > 0
             keep = ~(has_positive & has_negative)
         col = tl.where(wire.group_weighted(method), a * weight[None, :], a)
-    if positive != 0:
+    if options.calibration_positive != 0:
         col = tl.where(first, tl.sum(a, 1)[:, None], tl.maximum(a, 0.0))
     if not WIDE:
         if wire.summed_reward(method):
             summed = tl.where(scorable, (row_reward_sum(x, valid, base) - sum_mean).to(tl.float32) * sum_scale, 0.0)
             col = tl.where(first, summed[:, None], 0.0)
         if wire.soft_minimum(method):
-            col = tl.where(first, soft_minimum(a, base, kmask, K, rvpo_k)[:, None], 0.0)
+            col = tl.where(first, soft_minimum(a, base, kmask, K, options.rvpo_k)[:, None], 0.0)
     return a, col, scorable, keep

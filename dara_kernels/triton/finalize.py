@@ -53,14 +53,16 @@ def _dara_weights(base, density, kmask, alpha, density_floor, max_weight):
 @triton.jit
 def finalize_kernel(
     partial_ptr, extrema_ptr, programs, K, C, base_ptr, bounds_ptr,
-    density_ptr, weights_ptr, energy_ptr, weighted_energy_ptr, active_ptr, group_count_ptr, signal_counts_ptr,
-    batch_mean_ptr, batch_std_ptr, affine_ptr,
-    has_bounds, method, batch_norm, bn_eps, alpha, density_floor, max_weight, saw_delta, sa_gamma,
-    calibration_positive,
+    density_ptr, weights_ptr, energy_ptr, weighted_energy_ptr, active_groups_ptr, num_groups_ptr, signal_counts,
+    batch_mean_ptr, batch_std_ptr, affine_ptr, has_bounds, options,
     BLOCK_K: tl.constexpr,
 ):
+    """signal_counts: the outputs of wire.SIGNAL_COUNTS, in that order (a tuple of pointers)."""
     # Lanes as in accumulate (common.py): combined column c in lane c, reward k in lane k + positive.
-    positive = calibration_positive
+    method = options.method
+    batch_norm = options.batch_norm
+    bn_eps = options.bn_eps
+    positive = options.calibration_positive
     kk = tl.arange(0, BLOCK_K)
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
@@ -71,10 +73,10 @@ def finalize_kernel(
     groups = tl.sum(_slot(partial_ptr, programs, M, wire.groups_at(K, C), kk, first), 0)
     rows = tl.sum(_slot(partial_ptr, programs, M, wire.rows_at(K, C), kk, first), 0)
     token_total = tl.sum(_slot(partial_ptr, programs, M, wire.token_total_at(K, C), kk, first), 0)
-    # informative_groups, sum_informative_groups, conflict_groups: three adjacent slots, read as one
-    # vector (three scalar reads made every variant spill 20-36 bytes).
-    three = tl.arange(0, 4)
-    signal_counts = _slot(partial_ptr, programs, M, wire.informative_groups_at(K, C), three, three < 3)
+    # The group-signal counts (wire.SIGNAL_COUNTS): adjacent slots, read as one vector (three scalar
+    # reads made every variant spill 20-36 bytes).
+    slots = tl.arange(0, wire.SIGNAL_BLOCK)
+    counts = _slot(partial_ptr, programs, M, wire.informative_groups_at(K, C), slots, slots < wire.SIGNAL_COUNTS)
     active = _slot(partial_ptr, programs, M, wire.active_at(K, C), kr, kmask)
     energy = _slot(partial_ptr, programs, M, wire.energy_at(K, C), kr, kmask)
     count = _slot(partial_ptr, programs, M, wire.raw_count_at(K, C), kr, kmask)
@@ -91,7 +93,7 @@ def finalize_kernel(
     density = tl.where(groups > 0.0, active / tl.maximum(groups, 1.0), 0.0)
     # Every method's weights are computed and one is selected: a handful of
     # K-sized operations, and no branch whose types must agree.
-    dara_weights = _dara_weights(base, density, kmask, alpha, density_floor, max_weight)
+    dara_weights = _dara_weights(base, density, kmask, options.alpha, options.density_floor, options.max_weight)
 
     raw_mean = tl.where(count > 0.0, total / tl.maximum(count, 1.0), 0.0)
     bounded = kmask & ((kk * 0 + has_bounds) != 0)
@@ -103,7 +105,7 @@ def finalize_kernel(
     ss = total_sq - count * raw_mean * raw_mean
     raw_std = tl.where((count >= 2.0) & (ss > total_sq * CONSTANT_REWARD_RTOL),
                        tl.sqrt(tl.maximum(ss, 0.0) / tl.maximum(count - 1.0, 1.0)), 0.0)
-    shifted = raw_mean - lo + saw_delta
+    shifted = raw_mean - lo + options.saw_delta
     defined = kmask & (count > 0.0) & (shifted != 0.0)
     cv = tl.where(defined, raw_std / tl.where(defined, shifted, 1.0), 0.0)
     cv_total = tl.sum(cv, 0)
@@ -112,7 +114,7 @@ def finalize_kernel(
     spread = (count > 0.0) & (span > 0.0)
     saturation = tl.where(spread, tl.minimum(tl.maximum((raw_mean - lo) / tl.where(spread, span, 1.0), 0.0), 1.0),
                           0.0)
-    sa_mrpo_weights = base * _power(1.0 - saturation, sa_gamma)
+    sa_mrpo_weights = base * _power(1.0 - saturation, options.sa_gamma)
     dvao_weights = tl.where(groups > 0.0, group_weight / tl.maximum(groups, 1.0), 0.0)
 
     weights = tl.where(method == DARA, dara_weights,
@@ -159,9 +161,10 @@ def finalize_kernel(
     tl.store(weights_ptr + kr, weights.to(tl.float32), mask=kmask)
     tl.store(energy_ptr + kr, energy.to(tl.float32), mask=kmask)
     tl.store(weighted_energy_ptr + kr, weighted_energy.to(tl.float32), mask=kmask)
-    tl.store(active_ptr + kr, active.to(tl.int64), mask=kmask)
-    tl.store(group_count_ptr + kk, (groups + kk * 0.0).to(tl.int64), mask=first)
-    tl.store(signal_counts_ptr + three, signal_counts.to(tl.int64), mask=three < 3)
+    tl.store(active_groups_ptr + kr, active.to(tl.int64), mask=kmask)
+    tl.store(num_groups_ptr + kk, (groups + kk * 0.0).to(tl.int64), mask=first)
+    for i in tl.static_range(wire.SIGNAL_COUNTS):
+        tl.store(signal_counts[i] + slots * 0, counts.to(tl.int64), mask=slots == i)
     tl.store(batch_mean_ptr + kk, (mean + kk * 0.0).to(tl.float32), mask=first)
     tl.store(batch_std_ptr + kk, (std + kk * 0.0).to(tl.float32), mask=first)
     tl.store(affine_ptr + kk, combine, mask=cmask)

@@ -14,24 +14,29 @@ import torch
 import triton
 import triton.language as tl
 
+from ..allocation import empty_group_table, empty_outputs
 from ..options import AdvantageOptions
 from ..output import AdvantageOutput
 from ..validation import PreparedInputs
-from ..wire import KERNEL_FIELDS, METHOD_TRAITS, accumulator_sizes, combined_columns
+from ..wire import SIGNAL_COUNTS, accumulator_sizes, kernel_columns
 from .accumulate import accumulate_kernel
 from .apply import apply_kernel
 from .finalize import finalize_kernel
 from .layout import DeviceLayout, device_layout
+from .wire import GroupTable, kernel_options
 
 PROGRAMS_PER_SM = 8
 # Registers a thread may use, given to ptxas (maxnreg) so that eight programs
-# stay resident per SM (65,536 registers): accumulate at 2 warps, apply at 4.
-# Without a cap ptxas aimed at occupancy steps of its own and spilled a few
-# bytes in some variants to reach them; with it, a variant that needs more
-# spills, and scripts/check_triton_compiles.py fails on any spill.
+# of 2 warps stay resident per SM (65,536 registers). Without a cap ptxas aimed
+# at occupancy steps of its own and spilled a few bytes in some variants to
+# reach them; with it, a variant that needs more spills, and
+# scripts/check_triton_compiles.py fails on any spill. Apply runs 2 warps like
+# accumulate: its tiles hold 16 to 64 values below 64 lanes (128 at 64), so
+# 4 warps' 128 threads mostly held copies, and at 4 warps' 64 registers
+# reading the gate from the tile spilled 8 bytes (4 lanes, sm_90).
 ACCUMULATE_REGISTERS = 128
-APPLY_WARPS = 4
-APPLY_REGISTERS = 64
+APPLY_WARPS = 2
+APPLY_REGISTERS = 128
 # Finalize is one program: 8 warps spread its [lanes, lanes] matrices so
 # that no variant spills.
 FINALIZE_WARPS = 8
@@ -76,20 +81,12 @@ def block_r(lanes: int) -> int:
     return max(2, min(MAX_BLOCK_R, TILE_VALUES // block_k(lanes) ** 2))
 
 
-def _token_weights(inputs: PreparedInputs, opts: AdvantageOptions):
-    if opts.batch_norm != "token":
+def _token_weights(inputs: PreparedInputs):
+    if not inputs.token_weighted:
         return None
     if inputs.response_mask is not None:
         return inputs.response_mask.sum(1, dtype=torch.float64)
     return inputs.response_lengths
-
-
-def option_arguments(opts: AdvantageOptions) -> dict:
-    """The packed option vector by field name, typed as the kernels take it
-    (wire.KERNEL_FIELDS): each kernel declares the fields it reads as
-    parameters of the same name."""
-    return {f.name: value if f.ctype == "double" else int(value)
-            for f, value in zip(KERNEL_FIELDS, opts.kernel_vectors[0])}
 
 
 @functools.lru_cache(maxsize=None)
@@ -99,7 +96,9 @@ def _runtime_parameters(kernel) -> tuple[str, ...]:
 
 
 def bind(kernel, values: dict) -> list:
-    """The kernel's runtime arguments (all but its constexprs), in its parameter order, by name."""
+    """The kernel's runtime arguments (all but its constexprs), in its parameter order, by name: the
+    options (one argument, wire.KernelOptions, whose fields the kernels read by name), the group table
+    (wire.GroupTable), each output as `<field>_ptr`, and the layout and sizes."""
     return [values[name] for name in _runtime_parameters(kernel)]
 
 
@@ -114,36 +113,22 @@ def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, values: dict
     layout = device_layout(rewards, inputs.group_size, inputs.group_index)
     programs = _programs(layout, device)
     m, e = accumulator_sizes(k, c)
-    groups = max(layout.max_groups, 1)
-    traits = METHOD_TRAITS[opts.method]
-    f32 = dict(dtype=torch.float32, device=device)
-    f64 = dict(dtype=torch.float64, device=device)
-    # Means (and GRPO's (mean, scale) pairs) in float64: apply takes each row's r - mu in double.
-    table = dict(
-        mean=torch.empty(groups * k, **f64), scale=torch.empty(groups * k, **f32),
-        weight=torch.empty(groups * k if traits.columns == "group_weighted" else 1, **f32),
-        sum_stats=torch.empty(2 * groups if traits.columns == "summed" else 2, **f64),
-        kappa=torch.empty(groups, **f32),
-        signal=torch.empty(groups, dtype=torch.int8, device=device),
-    )
+    table = GroupTable(**empty_group_table(max(layout.max_groups, 1), k, opts.method, device))
     partial = torch.empty(programs, m, dtype=torch.float64, device=device)
     extrema = torch.empty(programs, e, dtype=torch.float64, device=device)
-    token = _token_weights(inputs, opts)
+    token = _token_weights(inputs)
     unused = layout.num_groups
     # An unused pointer of the token weights' own dtype: one kernel variant either way.
     no_token = torch.empty(0, dtype=torch.float64, device=device)
     values.update(
         rewards_ptr=rewards, rows_ptr=layout.rows if layout.rows is not None else unused,
-        offsets_ptr=layout.offsets if layout.offsets is not None else unused, num_groups_ptr=layout.num_groups,
-        base_ptr=inputs.reward_weights, token_ptr=token if token is not None else no_token,
-        mean_ptr=table["mean"], scale_ptr=table["scale"], weight_ptr=table["weight"],
-        sum_stats_ptr=table["sum_stats"], kappa_ptr=table["kappa"], signal_ptr=table["signal"], partial_ptr=partial,
-        extrema_ptr=extrema,
-        group_size=layout.group_size, has_token=int(token is not None))
+        offsets_ptr=layout.offsets if layout.offsets is not None else unused, group_count_ptr=layout.num_groups,
+        base_ptr=inputs.reward_weights, token_ptr=token if token is not None else no_token, table=table,
+        partial_ptr=partial, extrema_ptr=extrema, group_size=layout.group_size, has_token=int(token is not None))
     run(accumulate_kernel, (programs,), *bind(accumulate_kernel, values),
         HAS_INDEX=inputs.group_index is not None, **_blocks(values["lanes"]),
         num_warps=accumulate_warps(values["lanes"]), maxnreg=ACCUMULATE_REGISTERS)
-    return layout, table, partial, extrema
+    return layout, partial, extrema
 
 
 def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduce: Optional[Reduce] = None,
@@ -154,56 +139,30 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
     rewards = inputs.rewards
     n, k = rewards.shape
     device = rewards.device
-    values = option_arguments(opts)
-    positive = values["calibration_positive"]
-    # A tile's lanes (common.py): K, or K + 1 under positive calibration.
-    values.update(K=k, C=combined_columns(opts.method, k, bool(positive)), lanes=k + positive)
-    c = values["C"]
-    layout, table, partial, local_extrema = _run_accumulate(inputs, opts, values, run)
+    c, lanes = kernel_columns(opts, k)
+    mask = inputs.response_mask
+    outputs = empty_outputs(n, k, mask.shape[1] if mask is not None else None, device)
+    values = {"K": k, "C": c, "lanes": lanes, "options": kernel_options(opts.kernel_vectors[0]),
+              **{f"{name}_ptr": tensor for name, tensor in outputs.items()},
+              "signal_counts": tuple(outputs[name] for name in SIGNAL_COUNTS)}
+    layout, partial, local_extrema = _run_accumulate(inputs, opts, values, run)
     if reduce is not None:
         accumulators, extrema = reduce(partial.sum(0), local_extrema.amax(0))
         m, e = accumulator_sizes(k, c)
         if accumulators.numel() != m or extrema.numel() != e:
-            raise ValueError(f"reduce must return accumulators of {m} elements and extrema of {e} for K={k}, "
-                             f"method={opts.method!r}; got {accumulators.numel()} and {extrema.numel()}")
+            raise ValueError(f"reduce must return accumulators of {m} elements and extrema of {e} for K={k} "
+                             f"rewards and C={c} combined columns; got {accumulators.numel()} and {extrema.numel()}")
         partial, local_extrema = accumulators.view(1, -1), extrema.view(1, -1)
-    f32 = dict(dtype=torch.float32, device=device)
-    density, weights = torch.empty(k, **f32), torch.empty(k, **f32)
-    energy, weighted_energy = torch.empty(k, **f32), torch.empty(k, **f32)
-    active = torch.empty(k, dtype=torch.int64, device=device)
-    num_groups = torch.empty((), dtype=torch.int64, device=device)
-    # informative_groups, sum_informative_groups, conflict_groups (adjacent accumulator slots too).
-    signal_counts = torch.empty(3, dtype=torch.int64, device=device)
-    batch_mean, batch_std = torch.empty((), **f32), torch.empty((), **f32)
     affine = torch.empty(c + 2, dtype=torch.float64, device=device)
     bounds = inputs.reward_bounds
-    values.update(
-        partial_ptr=partial, extrema_ptr=local_extrema, programs=partial.shape[0],
-        base_ptr=inputs.reward_weights, bounds_ptr=bounds if bounds is not None else affine,
-        density_ptr=density, weights_ptr=weights, energy_ptr=energy, weighted_energy_ptr=weighted_energy,
-        active_ptr=active, group_count_ptr=num_groups, signal_counts_ptr=signal_counts,
-        batch_mean_ptr=batch_mean, batch_std_ptr=batch_std,
-        affine_ptr=affine, has_bounds=int(bounds is not None))
-    run(finalize_kernel, (1,), *bind(finalize_kernel, values), BLOCK_K=block_k(values["lanes"]),
-        num_warps=FINALIZE_WARPS)
-
-    advantages = torch.empty(n, **f32)
-    keep = torch.empty(n, dtype=torch.bool, device=device)
-    query_scale = torch.empty(n, **f32)
-    informative = torch.empty(n, dtype=torch.bool, device=device)
-    sum_informative = torch.empty(n, dtype=torch.bool, device=device)
-    values.update(advantages_ptr=advantages, keep_ptr=keep, query_scale_ptr=query_scale, informative_ptr=informative,
-                  sum_informative_ptr=sum_informative)
+    values.update(partial_ptr=partial, extrema_ptr=local_extrema, programs=partial.shape[0],
+                  bounds_ptr=bounds if bounds is not None else affine, affine_ptr=affine,
+                  has_bounds=int(bounds is not None))
+    run(finalize_kernel, (1,), *bind(finalize_kernel, values), BLOCK_K=block_k(lanes), num_warps=FINALIZE_WARPS)
     run(apply_kernel, (_programs(layout, device),), *bind(apply_kernel, values),
-        HAS_INDEX=inputs.group_index is not None, **_blocks(values["lanes"]),
-        num_warps=APPLY_WARPS, maxnreg=APPLY_REGISTERS)
-    token_advantages = None
-    if inputs.response_mask is not None:
-        mask = inputs.response_mask
-        token_advantages = torch.mul(advantages.unsqueeze(1), mask, out=torch.empty(mask.shape, **f32))
-    return AdvantageOutput(
-        advantages=advantages, token_advantages=token_advantages, density=density, weights=weights,
-        energy=energy, weighted_energy=weighted_energy, active_groups=active, batch_mean=batch_mean,
-        batch_std=batch_std, keep=keep, query_scale=query_scale, informative=informative,
-        sum_informative=sum_informative, num_groups=num_groups, informative_groups=signal_counts[0],
-        sum_informative_groups=signal_counts[1], conflict_groups=signal_counts[2])
+        HAS_INDEX=inputs.group_index is not None, **_blocks(lanes), num_warps=APPLY_WARPS, maxnreg=APPLY_REGISTERS)
+    if mask is not None:
+        torch.mul(outputs["advantages"].unsqueeze(1), mask, out=outputs["token_advantages"])
+    else:
+        outputs["token_advantages"] = None
+    return AdvantageOutput(**outputs)

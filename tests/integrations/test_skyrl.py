@@ -146,8 +146,8 @@ def test_config_route():
     algorithm = cfg.trainer.algorithm
     assert algorithm.dara_reward_keys == ["accuracy", "format"] and algorithm.dara_reward_weights == [1.0, 0.5]
     assert dict(algorithm.dara_options) == {"alpha": 0.25, "calibration": "symmetric"}
-    assert dara_skyrl.settings(algorithm).run.settings.options == {"scale_by_std": True, "alpha": 0.25,
-                                                               "calibration": "symmetric"}
+    assert dara_skyrl.settings(algorithm).run.settings.options == {
+        "reward_names": ("accuracy", "format"), "scale_by_std": True, "alpha": 0.25, "calibration": "symmetric"}
     with pytest.raises(ValueError, match="Invalid fields"):
         SkyRLTrainConfig.from_cli_overrides(["trainer.algorithm.dara_reward_keys=[accuracy]"])
     for name in dara_skyrl.ESTIMATORS:

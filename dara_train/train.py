@@ -253,7 +253,9 @@ class Trainer:
             if self.rank == 0:
                 accepted = record["sampling/accepted_groups"]  # fewer than the ranks, when not 0: none to share
                 why = f"{accepted} accepted groups for {self.world} ranks" if accepted else "no informative group"
-                print(f"\nstep {self.step}: {why} in {record['sampling/rounds']} rounds "
+                # On a terminal the progress bar's line is still open.
+                lead = "\n" if sys.stderr.isatty() else ""
+                print(f"{lead}step {self.step}: {why} in {record['sampling/rounds']} rounds "
                       f"({record['sampling/candidate_groups']} candidate groups): no policy update",
                       file=sys.stderr, flush=True)
             return record

@@ -225,7 +225,10 @@ def test_step_without_signal_makes_no_update(tmp_path):
     run_train(*common, "--steps", "0", "--output-dir", str(tmp_path / "initial"), "--set", "report=false")
     result = run_train(*common, "--steps", "2", "--output-dir", str(tmp_path / "run"),
                        "--set", "rollout.dynamic_sampling=any", "--set", "rollout.max_rounds=2")
-    assert "step 1: no informative group in 2 rounds (32 candidate groups): no policy update" in result.stderr
+    # A line of its own, and off a terminal no empty line before it (that is for the progress bar's open line).
+    assert "step 1: no informative group in 2 rounds (32 candidate groups): no policy update" in \
+        result.stderr.splitlines()
+    assert "\n\nstep 1: no informative" not in "\n" + result.stderr
     steps = [r for r in read_metrics(tmp_path / "run") if "sampling/rounds" in r]
     assert [(r["sampling/updated"], r["sampling/trained_groups"]) for r in steps] == [(0, 0), (0, 0)]
     assert not any("train/loss" in r for r in steps)

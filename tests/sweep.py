@@ -9,6 +9,7 @@ import torch
 
 from dara_kernels.check.cases import make_case
 from dara_kernels.check.sweeps import (
+    OFFSET_RATIOS,
     Call,
     calibration_calls,
     gate_calls,
@@ -60,8 +61,8 @@ def run_calls(backend: str, calls, device: str = "cpu") -> int:
     return runs
 
 
-def offset_sweep(backend: str, method: str, device: str = "cpu") -> int:
-    return run_calls(backend, offset_calls(method), device)
+def offset_sweep(backend: str, method: str, device: str = "cpu", ratios: tuple = OFFSET_RATIOS) -> int:
+    return run_calls(backend, offset_calls(method, ratios=ratios), device)
 
 
 def calibration_sweep(backend: str, device: str = "cpu") -> int:

@@ -125,7 +125,9 @@ install_skyrl() {
 
 # SkyRL 0.4.0 needs Python >= 3.12; pyenv's python3.12 shim does not start here, so the interpreter is named.
 PYTHON312=${DARA_PYTHON312:-/root/.pyenv/versions/3.12.1/bin/python3.12}
-INTEGRATIONS=(verl trl swift skyrl)
+# The two slowest builds first, so that both happen while the main suite runs (under DARA_PRUNE_ENVS the
+# third waits for the first one's tests).
+INTEGRATIONS=(skyrl swift verl trl)
 
 integration_python() {
   if [ "$1" = skyrl ]; then echo "$PYTHON312"; else echo python3; fi
@@ -169,7 +171,8 @@ start_integration_builds() {
   TESTER=$$
   build_integration_envs &
   BUILDER=$!
-  trap 'pkill -P "$BUILDER" 2>/dev/null; kill "$BUILDER" 2>/dev/null; rm -rf "$STATE"' EXIT
+  # `|| true`: under set -e a failing command in the EXIT trap (no builder left to kill) replaces the exit status.
+  trap 'pkill -P "$BUILDER" 2>/dev/null || true; kill "$BUILDER" 2>/dev/null || true; rm -rf "$STATE"' EXIT
 }
 
 run_integration_tests() {

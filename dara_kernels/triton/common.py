@@ -29,12 +29,12 @@ def gate_lanes(options, kr, positive):
     none; whether it has one): options.gate by reward, no gate anywhere
     without options.gated. Taken once per kernel."""
     source = kr + positive
-    has_gate = kr < 0
+    has_gate = kr != kr
     for i in tl.static_range(wire.MAX_REWARDS):
         here = (kr == i) & (options.gate[i] != wire.NO_GATE)
         source = tl.where(here, options.gate[i] + positive, source)
         has_gate = has_gate | here
-    return source, has_gate & (kr >= 0)
+    return source, has_gate
 
 
 @triton.jit

@@ -1,6 +1,7 @@
-"""Dynamic sampling (docs/trainer.md): the round sizing, the groups a step keeps (by fused_advantage's flags,
-whole groups, in order), a step without signal that makes no update, and runs on the toy preset (HF) and
-on two ranks. The math preset's run with vLLM is in test_trainer_vllm.py."""
+"""Dynamic sampling (docs/trainer.md): the round sizing, each round's own prompts, the groups a step keeps (by
+fused_advantage's flags, whole groups, in order), a step without signal that makes no update, and runs on the
+toy preset (HF) and on two ranks. The math preset's run with vLLM is in test_trainer_vllm.py."""
+import random
 from types import SimpleNamespace
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 
 import dara_kernels as dk
 from dara_train.config import TrainConfig
-from dara_train.sampling import check_sampling, next_round_groups
+from dara_train.sampling import check_sampling, first_round_groups, next_round_groups, round_rng
 
 G = 2
 UNIFORM, VARIES, CONFLICT = [[1, 1], [1, 1]], [[1, 0], [0, 0]], [[1, 0], [0, 1]]   # CONFLICT: the sum is constant
@@ -23,6 +24,7 @@ def test_round_sizing():
     assert next_round_groups(deficit=1, accepted=100, candidates=100, cap=64, world=4) == 4
     assert next_round_groups(deficit=50, accepted=1, candidates=64, cap=64, world=4) == 64
     assert next_round_groups(deficit=8, accepted=0, candidates=12, cap=12, world=2) == 12
+    assert next_round_groups(deficit=0, accepted=4, candidates=6, cap=6, world=2) == 2
 
 
 def rollout(**values):
@@ -43,6 +45,17 @@ def test_settings_are_checked():
         check_sampling(rollout(dynamic_sampling="any", max_rounds=0), 1)
     with pytest.raises(ValueError, match="prompts_per_step=15 must be divisible by the 2 ranks"):
         check_sampling(rollout(prompts_per_step=15), 2)
+    # a first round of one group and a single round are allowed; no group, or fewer, is not (-2: a multiple of 2)
+    assert check_sampling(rollout(dynamic_sampling="any", candidate_groups=1, max_rounds=1), 1) == "any"
+    with pytest.raises(ValueError, match="candidate_groups=-2 must be a positive multiple of the 2 ranks"):
+        check_sampling(rollout(dynamic_sampling="any", candidate_groups=-2), 2)
+    with pytest.raises(ValueError, match="candidate_groups=0 must be a positive multiple of the 1 ranks"):
+        check_sampling(rollout(dynamic_sampling="any", prompts_per_step=0), 1)
+    # without dynamic sampling its settings are not read
+    assert check_sampling(rollout(candidate_groups=9, max_rounds=0), 2) == "off"
+    # candidate_groups 0: the first round is prompts_per_step
+    assert first_round_groups(rollout(prompts_per_step=12)) == 12
+    assert first_round_groups(rollout(prompts_per_step=12, candidate_groups=18)) == 18
 
 
 class ScriptedTask:
@@ -64,7 +77,22 @@ class ScriptedTask:
         return torch.tensor(self.rounds.pop(0), dtype=torch.float32).reshape(len(prompts), len(names))
 
 
-def one_rank_trainer(criterion, rounds, max_rounds=4):
+class DrawingTask(ScriptedTask):
+    """As ScriptedTask, but each prompt is drawn from the round's generator: its answer is the draw."""
+
+    def __init__(self, rounds):
+        super().__init__(rounds)
+        self.drawn = []
+
+    def sample(self, rng, count):
+        from dara_train.tasks import Prompt
+
+        self.sizes.append(count)
+        self.drawn.append([rng.randrange(2 ** 62) for _ in range(count)])
+        return [Prompt([], answer) for answer in self.drawn[-1]]
+
+
+def one_rank_trainer(criterion, rounds, max_rounds=4, task=ScriptedTask):
     from dara_train.rollout import Generation
     from dara_train.train import Trainer
 
@@ -75,7 +103,7 @@ def one_rank_trainer(criterion, rounds, max_rounds=4):
                                   dynamic_sampling=criterion)
     trainer.rank, trainer.world, trainer.step = 0, 1, 0
     trainer.criterion = check_sampling(trainer.cfg.rollout, 1)
-    trainer.task = ScriptedTask(rounds)
+    trainer.task = task(rounds)
     trainer.tokenizer = SimpleNamespace(encode_prompt=lambda messages: [1], decode=lambda tokens: "", reply_prefix="")
     trainer.engine = SimpleNamespace(generate=lambda prompts, n, *rest: [
         Generation(i, [5, 0], True, [0.0, 0.0]) for i in range(len(prompts)) for _ in range(n)])
@@ -127,6 +155,50 @@ def test_no_signal_within_the_cap_leaves_nothing_to_train():
     assert trainer.task.sizes == [6, 6] and sampled.groups == []
     assert sampled.stats["sampling/rounds"] == 2 and sampled.stats["sampling/acceptance_rate"] == 0
     assert sampled.signal.density.tolist() == [0.0, 0.0]
+
+
+def test_round_generators():
+    """Round 0 draws from the step's seed itself, every later round from a stream of its own."""
+    assert round_rng(7, 0).random() == random.Random(7).random()
+    draws = {(seed, r): round_rng(seed, r).random() for seed in (7, 8) for r in range(4)}
+    assert len(set(draws.values())) == len(draws)
+    assert round_rng(7, 2).random() == draws[7, 2]
+
+
+def drawn_rounds(step, seed=0, criterion="any", rounds=3, rank=0, world=1):
+    """The prompts (their answers) each round of a step draws for all ranks, and the seeds this rank's
+    generations were given. No group has signal, so under dynamic sampling every round runs at the first
+    round's size (6 groups; 4 without)."""
+    groups = 4 if criterion == "off" else 6
+    trainer = one_rank_trainer(criterion, [[UNIFORM] * (groups // world)] * rounds, max_rounds=rounds,
+                               task=DrawingTask)
+    trainer.cfg.seed, trainer.step, trainer.rank, trainer.world = seed, step, rank, world
+    trainer.gather_groups = lambda groups: groups   # no rank has signal: nothing to gather from the others
+    seeds, generate = [], trainer.engine.generate
+    trainer.engine.generate = lambda prompts, n, *rest: seeds.append(rest[-1]) or generate(prompts, n, *rest)
+    trainer.sample({})
+    return trainer.task.drawn, seeds
+
+
+def test_each_round_draws_new_prompts_reproducibly(process_group):
+    from dara_train.train import step_seed
+
+    prompts, seeds = drawn_rounds(step=5)
+    assert [len(r) for r in prompts] == [6, 6, 6]
+    # every round new prompts and new generation seeds, not round 0's again
+    assert len({answer for r in prompts for answer in r}) == 18 and len(set(seeds)) == 3
+    # round 0 is the step without dynamic sampling: its prompts (4 of them: prompts_per_step) and its seed, both
+    # the step's own seed, as before dynamic sampling (the committed runs' prompts)
+    assert drawn_rounds(step=5, criterion="off", rounds=1) == ([prompts[0][:4]], seeds[:1])
+    step_rng = random.Random(step_seed(0, 5, 0))
+    assert prompts[0] == [step_rng.randrange(2 ** 62) for _ in range(6)] and seeds[0] == step_seed(0, 5, 0)
+    # the same seed and step draw the same rounds; another step or another seed draws other prompts each round
+    assert drawn_rounds(step=5) == (prompts, seeds)
+    # every rank draws the same candidates (and keeps its share of them), with generation seeds of its own
+    other_rank, other_seeds = drawn_rounds(step=5, rank=1, world=2)
+    assert other_rank == prompts and not set(other_seeds) & set(seeds)
+    for other in (drawn_rounds(step=6)[0], drawn_rounds(step=5, seed=1)[0]):
+        assert all(not set(ours) & set(theirs) for ours, theirs in zip(prompts, other))
 
 
 @pytest.fixture

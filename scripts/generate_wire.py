@@ -236,8 +236,14 @@ def _namedtuple(name: str, fields: list[str]) -> list[str]:
 
 def _triton_options() -> list[str]:
     names = [f.name for f in wire.KERNEL_FIELDS]
-    convert = {"double": "float", "int": "int", "bool": "int"}
-    lines = ["", "# The option vector as the kernels take it: one argument whose fields they read by name.",
+    # Codes as floats and flags as bools: Triton specialises an integer argument on its value (1 becomes a
+    # constexpr, a multiple of 16 a divisibility hint), inside a tuple whatever do_not_specialize says, so
+    # integer fields made each option value its own kernel variant, compiled on first use and never ahead of
+    # time. A code is a small integer, exact in float32; the kernels read it through tl.cast(..., tl.int32)
+    # (the interpreter compares a float argument with an integer into a float).
+    convert = {"double": "float", "int": "float", "bool": "bool"}
+    lines = ["", "# The option vector as the kernels take it: one argument whose fields they read by name; codes as",
+             "# floats and flags as bools, so that no option value specialises a kernel (scripts/generate_wire.py).",
              *_namedtuple("KernelOptions", names + ["gated", "gate"]),
              "# The per-group table's arrays as the kernels take them: one argument, by field name.",
              *_namedtuple("GroupTable", [f.name for f in wire.GROUP_TABLE]),
@@ -245,12 +251,12 @@ def _triton_options() -> list[str]:
              '    """The packed option vector (AdvantageOptions.kernel_vector()) as the kernels\' argument: the',
              "    scalar fields typed, and each reward's gate column from the (gated, gate) pairs that follow",
              '    them, kNoGate for none."""',
-             f"    gate = [{wire.NO_GATE}] * {wire.MAX_REWARDS['triton']}",
+             f"    gate = [{float(wire.NO_GATE)}] * {wire.MAX_REWARDS['triton']}",
              f"    for i in range({len(names)}, len(vector), 2):",
-             "        gate[int(vector[i])] = int(vector[i + 1])",
+             "        gate[int(vector[i])] = float(vector[i + 1])",
              "    return KernelOptions("]
     lines += [f"        {convert[f.ctype]}(vector[{i}])," for i, f in enumerate(wire.KERNEL_FIELDS)]
-    lines += [f"        int(len(vector) > {len(names)}),", "        tuple(gate),", "    )", ""]
+    lines += [f"        len(vector) > {len(names)},", "        tuple(gate),", "    )", ""]
     return lines
 
 

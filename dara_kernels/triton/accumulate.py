@@ -22,26 +22,28 @@ from .common import (
 )
 
 
-@triton.jit
+# Sizes are not specialised (Triton would make 1 a constexpr and a multiple of 16 a hint): the variants
+# launched are those scripts/check_triton_compiles.py compiles, whatever the batch.
+@triton.jit(do_not_specialize=("K", "C", "group_size"))
 def accumulate_kernel(
     rewards_ptr, rows_ptr, offsets_ptr, group_count_ptr, base_ptr, token_ptr, table, partial_ptr, extrema_ptr,
-    K, C, group_size, has_token, options,
+    K, C, group_size, has_token, opts,
     HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     num_groups = tl.load(group_count_ptr)
-    method = options.method
+    method = tl.cast(opts.method, tl.int32)
     combined = wire.summed_reward(method)
     group_weighted = wire.group_weighted(method)
     drops = wire.drops_conflicts(method)
     raw = wire.raw_extremes(method)
-    positive = options.calibration_positive
+    positive = tl.cast(opts.calibration_positive, tl.int32)
     kk = tl.arange(0, BLOCK_K)
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
     base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
-    gate, has_gate = gate_lanes(options, kr, positive)
+    gate, has_gate = gate_lanes(opts, kr, positive)
     zero_k = tl.zeros([BLOCK_K], dtype=tl.float64)
     zero = tl.full((), 0.0, tl.float64)
     # Counts are kept in int32, a register each rather than a double's two: the 8-lane
@@ -79,7 +81,7 @@ def accumulate_kernel(
         sum_count = zero
         sum_total = zero
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, opts,
                                              HAS_INDEX, BLOCK_R)
             xv = tl.where(valid, x, 0.0)
             count += tl.sum(valid.to(tl.float64), 0)
@@ -100,14 +102,14 @@ def accumulate_kernel(
         dev = zero_k
         sum_dev = zero
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, opts,
                                              HAS_INDEX, BLOCK_R)
             d = tl.where(valid, x - mean[None, :], 0.0)
             dev += tl.sum(d * d, 0)
             scorable = tl.sum(valid.to(tl.int32), 1) > 0
             dr = row_reward_sum(x, valid, base) - sum_mean
             sum_dev += tl.sum(tl.where(scorable, dr * dr, 0.0), 0)
-        mean, std, scale64, active = finish_column(count, mean, dev, options)
+        mean, std, scale64, active = finish_column(count, mean, dev, opts)
         # The row formulas use the scale rounded to float32, as apply rounds the table's.
         scale = scale64.to(tl.float32)
         tl.store(table.mean + g * K + kr, mean, mask=kmask)
@@ -124,13 +126,13 @@ def accumulate_kernel(
             weight = dvao_weight.to(tl.float32)
             tl.store(table.weight + g * K + kr, dvao_weight, mask=kmask)
             weight_v += dvao_weight
-        sum_mean, sum_std, sum_scale64, sum_active = finish_column(sum_count, sum_mean, sum_dev, options)
+        sum_mean, sum_std, sum_scale64, sum_active = finish_column(sum_count, sum_mean, sum_dev, opts)
         sum_scale = no_scale
         if combined:
             sum_scale = sum_scale64.to(tl.float32)
             tl.store(table.sum_mean + g, sum_mean)
             tl.store(table.sum_scale + g, sum_scale64)
-        signal = group_signal(tl.sum(active.to(tl.int32), 0) > 0, sum_active, options)
+        signal = group_signal(tl.sum(active.to(tl.int32), 0) > 0, sum_active, opts)
         tl.store(table.signal + g, signal.to(tl.uint8))
         informative_groups += ((signal & ANY_ACTIVE) != 0).to(tl.int32)
         sum_informative_groups += ((signal & SUM_ACTIVE) != 0).to(tl.int32)
@@ -139,10 +141,10 @@ def accumulate_kernel(
         groups += 1
         kept = size.to(tl.float32)
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, opts,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, kmask, K, options, BLOCK_K > wire.MAX_REWARDS)
+                                                 kk, kmask, K, opts, BLOCK_K > wire.MAX_REWARDS)
             energy_v += tl.sum(a * a, 0).to(tl.float64)
             if drops:
                 kept -= tl.sum((~keep & rmask).to(tl.float32), 0)

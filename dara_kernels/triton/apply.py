@@ -9,24 +9,26 @@ from . import wire
 from .common import ANY_ACTIVE, SUM_ACTIVE, ZEROED, gate_lanes, group_bounds, load_tile, row_columns
 
 
-@triton.jit
+# Sizes are not specialised (Triton would make 1 a constexpr and a multiple of 16 a hint): the variants
+# launched are those scripts/check_triton_compiles.py compiles, whatever the batch.
+@triton.jit(do_not_specialize=("K", "C", "group_size"))
 def apply_kernel(
     rewards_ptr, rows_ptr, offsets_ptr, group_count_ptr, base_ptr, table, affine_ptr,
     advantages_ptr, keep_ptr, query_scale_ptr, informative_ptr, sum_informative_ptr,
-    K, C, group_size, options,
+    K, C, group_size, opts,
     HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     num_groups = tl.load(group_count_ptr)
-    method = options.method
+    method = tl.cast(opts.method, tl.int32)
     combined = wire.summed_reward(method)
-    positive = options.calibration_positive
+    positive = tl.cast(opts.calibration_positive, tl.int32)
     kk = tl.arange(0, BLOCK_K)
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
     base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
-    gate, has_gate = gate_lanes(options, kr, positive)
+    gate, has_gate = gate_lanes(opts, kr, positive)
     combine = tl.load(affine_ptr + kk, mask=kk < C, other=0.0).to(tl.float32)
     shift = tl.load(affine_ptr + C).to(tl.float32)
     batch_scale = tl.load(affine_ptr + C + 1).to(tl.float32)
@@ -43,12 +45,12 @@ def apply_kernel(
         any_active = (signal & ANY_ACTIVE) != 0
         sum_active = (signal & SUM_ACTIVE) != 0
         counted = (signal & ZEROED) == 0
-        factor = tl.where(options.apply_query_scale != 0, batch_scale * kappa, batch_scale)
+        factor = tl.where(opts.apply_query_scale != 0, batch_scale * kappa, batch_scale)
         for r0 in range(begin, end, BLOCK_R):
-            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
+            x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, opts,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, kmask, K, options, BLOCK_K > wire.MAX_REWARDS)
+                                                 kk, kmask, K, opts, BLOCK_K > wire.MAX_REWARDS)
             s = tl.sum(col * combine[None, :], 1)
             value = tl.where(keep & scorable & counted, (s - shift) * factor, 0.0)
             tl.store(advantages_ptr + idx, value, mask=rmask)

@@ -1,7 +1,7 @@
 """Device helpers shared by the Triton stages: tile loads and the per-column
 formulas of docs/spec.md#group-statistics and #normalised-advantage, the same
 as csrc/core/group_math.h and row_signal.h.
-Options arrive as one runtime argument, `options` (wire.KernelOptions, the
+Options arrive as one runtime argument, `opts` (wire.KernelOptions, the
 packed option vector), whose fields the formulas read by name, not as
 constexprs: only the group layout, the block sizes and the pointer dtypes
 specialise a kernel, so the whole set of variants the op can launch stays
@@ -24,15 +24,15 @@ from . import wire
 
 
 @triton.jit
-def gate_lanes(options, kr, positive):
+def gate_lanes(opts, kr, positive):
     """(each lane's gate as the lane it is read from, its own where it has
-    none; whether it has one): options.gate by reward, no gate anywhere
-    without options.gated. Taken once per kernel."""
+    none; whether it has one): opts.gate by reward, no gate anywhere
+    without opts.gated. Taken once per kernel."""
     source = kr + positive
     has_gate = kr != kr
     for i in tl.static_range(wire.MAX_REWARDS):
-        here = (kr == i) & (options.gate[i] != wire.NO_GATE)
-        source = tl.where(here, options.gate[i] + positive, source)
+        here = (kr == i) & (opts.gate[i] != wire.NO_GATE)
+        source = tl.where(here, tl.cast(opts.gate[i], tl.int32) + positive, source)
         has_gate = has_gate | here
     return source, has_gate
 
@@ -48,7 +48,7 @@ def gated_rewards(x, passes, gate_missing):
 
 
 @triton.jit
-def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, options,
+def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, opts,
               HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr):
     """[BLOCK_R, BLOCK_K] rewards of sorted positions r0.. as float64 (reward
     kr in each lane), gated (`gate`, `has_gate`: gate_lanes),
@@ -62,11 +62,11 @@ def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, opti
     m2 = rmask[:, None] & kmask[None, :]
     x = tl.load(rewards_ptr + idx[:, None] * K + kr[None, :], mask=m2, other=float("nan")).to(tl.float64)
     # The gate's value taken from the tile itself rather than read again: a second masked load per tile made
-    # the 8-lane float64 accumulate spill at its register cap; a branch on options.gated, the 4-lane one.
+    # the 8-lane float64 accumulate spill at its register cap; a branch on opts.gated, the 4-lane one.
     gated = m2 & has_gate[None, :]
     g = tl.gather(x, tl.broadcast_to(gate[None, :], x.shape), 1)
     x = tl.where(gated, gated_rewards(x, g > 0.0, g != g), x)
-    x = tl.where(m2 & (x != x) & (options.nan_to_zero != 0), 0.0, x)
+    x = tl.where(m2 & (x != x) & (opts.nan_to_zero != 0), 0.0, x)
     valid = m2 & (x == x)
     return x, valid, idx, rmask
 
@@ -83,17 +83,17 @@ def group_bounds(offsets_ptr, g, group_size, HAS_INDEX: tl.constexpr):
 
 
 @triton.jit
-def finish_column(count, mean, dev, options):
+def finish_column(count, mean, dev, opts):
     """(mean, std, scale, active) in float64 from the valid entries' count,
     mean and sum of squared deviations; scale is 0 when the pair is inactive."""
-    divisor = tl.where(options.unbiased != 0, count - 1.0, count)
+    divisor = tl.where(opts.unbiased != 0, count - 1.0, count)
     std = tl.where(count >= 2.0, tl.sqrt(dev / tl.maximum(divisor, 1.0)), 0.0)
-    active = (count >= 2.0) & (std > options.active_tol)
-    single = (count == 1.0) & (options.singleton_verl != 0)
+    active = (count >= 2.0) & (std > opts.active_tol)
+    single = (count == 1.0) & (opts.singleton_verl != 0)
     mean = tl.where(single, 0.0, mean)
     std = tl.where(single, 1.0, std)
     used = active | single
-    scale = tl.where(used, tl.where(options.scale_by_std != 0, 1.0 / (std + options.eps), 1.0), 0.0)
+    scale = tl.where(used, tl.where(opts.scale_by_std != 0, 1.0 / (std + opts.eps), 1.0), 0.0)
     return mean, std, scale, active
 
 
@@ -104,12 +104,12 @@ ZEROED = tl.constexpr(4)
 
 
 @triton.jit
-def group_signal(any_active, sum_active, options):
+def group_signal(any_active, sum_active, opts):
     """Some reward active; the weighted summed reward varies; and whether
     no_signal="zero" takes the group out (GRPO's own signal is its sum)."""
-    signal = tl.where(wire.summed_reward(options.method), sum_active, any_active)
+    signal = tl.where(wire.summed_reward(tl.cast(opts.method, tl.int32)), sum_active, any_active)
     return (tl.where(any_active, ANY_ACTIVE, 0) | tl.where(sum_active, SUM_ACTIVE, 0)
-            | tl.where((options.no_signal_zero != 0) & ~signal, ZEROED, 0))
+            | tl.where((opts.no_signal_zero != 0) & ~signal, ZEROED, 0))
 
 
 @triton.jit
@@ -149,7 +149,7 @@ def soft_minimum(a, base, kmask, K, rvpo_k):
 
 
 @triton.jit
-def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, kmask, K, options,
+def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, kmask, K, opts,
                 WIDE: tl.constexpr):
     """Per-reward A_jk, the row's combined columns by lane and each row's
     scorable/keep flags (docs/spec.md#aggregation). x, mean, base and sum_mean
@@ -159,7 +159,7 @@ def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, km
     which only positive calibration's K + 1 columns need; its methods (dara,
     static) take none of the other methods' row work, so it is left out there
     (with it, the 32-lane accumulate spilled)."""
-    method = options.method
+    method = tl.cast(opts.method, tl.int32)
     a = tl.where(valid, (x - mean[None, :]).to(tl.float32) * scale[None, :], 0.0)
     scorable = tl.sum(valid.to(tl.int32), 1) > 0
     keep = tl.full(scorable.shape, True, tl.int1)
@@ -171,12 +171,12 @@ def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, km
             has_negative = tl.sum((a < 0.0).to(tl.int32), 1) > 0
             keep = ~(has_positive & has_negative)
         col = tl.where(wire.group_weighted(method), a * weight[None, :], a)
-    if options.calibration_positive != 0:
+    if opts.calibration_positive != 0:
         col = tl.where(first, tl.sum(a, 1)[:, None], tl.maximum(a, 0.0))
     if not WIDE:
         if wire.summed_reward(method):
             summed = tl.where(scorable, (row_reward_sum(x, valid, base) - sum_mean).to(tl.float32) * sum_scale, 0.0)
             col = tl.where(first, summed[:, None], 0.0)
         if wire.soft_minimum(method):
-            col = tl.where(first, soft_minimum(a, base, kmask, K, options.rvpo_k)[:, None], 0.0)
+            col = tl.where(first, soft_minimum(a, base, kmask, K, opts.rvpo_k)[:, None], 0.0)
     return a, col, scorable, keep

@@ -50,19 +50,21 @@ def _dara_weights(base, density, kmask, alpha, density_floor, max_weight):
     return tl.where(kmask, base * tl.minimum(_power(ratio, -alpha), max_weight), 0.0)
 
 
-@triton.jit
+# Sizes are not specialised (Triton would make 1 a constexpr and a multiple of 16 a hint): the variants
+# launched are those scripts/check_triton_compiles.py compiles, whatever the batch.
+@triton.jit(do_not_specialize=("programs", "K", "C"))
 def finalize_kernel(
     partial_ptr, extrema_ptr, programs, K, C, base_ptr, bounds_ptr,
     density_ptr, weights_ptr, energy_ptr, weighted_energy_ptr, active_groups_ptr, num_groups_ptr, signal_counts,
-    batch_mean_ptr, batch_std_ptr, affine_ptr, has_bounds, options,
+    batch_mean_ptr, batch_std_ptr, affine_ptr, has_bounds, opts,
     BLOCK_K: tl.constexpr,
 ):
     """signal_counts: the outputs of wire.SIGNAL_COUNTS, in that order (a tuple of pointers)."""
     # Lanes as in accumulate (common.py): combined column c in lane c, reward k in lane k + positive.
-    method = options.method
-    batch_norm = options.batch_norm
-    bn_eps = options.bn_eps
-    positive = options.calibration_positive
+    method = tl.cast(opts.method, tl.int32)
+    batch_norm = tl.cast(opts.batch_norm, tl.int32)
+    bn_eps = opts.bn_eps
+    positive = tl.cast(opts.calibration_positive, tl.int32)
     kk = tl.arange(0, BLOCK_K)
     kr = kk - positive
     kmask = (kr >= 0) & (kr < K)
@@ -93,7 +95,7 @@ def finalize_kernel(
     density = tl.where(groups > 0.0, active / tl.maximum(groups, 1.0), 0.0)
     # Every method's weights are computed and one is selected: a handful of
     # K-sized operations, and no branch whose types must agree.
-    dara_weights = _dara_weights(base, density, kmask, options.alpha, options.density_floor, options.max_weight)
+    dara_weights = _dara_weights(base, density, kmask, opts.alpha, opts.density_floor, opts.max_weight)
 
     raw_mean = tl.where(count > 0.0, total / tl.maximum(count, 1.0), 0.0)
     bounded = kmask & ((kk * 0 + has_bounds) != 0)
@@ -105,7 +107,7 @@ def finalize_kernel(
     ss = total_sq - count * raw_mean * raw_mean
     raw_std = tl.where((count >= 2.0) & (ss > total_sq * CONSTANT_REWARD_RTOL),
                        tl.sqrt(tl.maximum(ss, 0.0) / tl.maximum(count - 1.0, 1.0)), 0.0)
-    shifted = raw_mean - lo + options.saw_delta
+    shifted = raw_mean - lo + opts.saw_delta
     defined = kmask & (count > 0.0) & (shifted != 0.0)
     cv = tl.where(defined, raw_std / tl.where(defined, shifted, 1.0), 0.0)
     cv_total = tl.sum(cv, 0)
@@ -114,7 +116,7 @@ def finalize_kernel(
     spread = (count > 0.0) & (span > 0.0)
     saturation = tl.where(spread, tl.minimum(tl.maximum((raw_mean - lo) / tl.where(spread, span, 1.0), 0.0), 1.0),
                           0.0)
-    sa_mrpo_weights = base * _power(1.0 - saturation, options.sa_gamma)
+    sa_mrpo_weights = base * _power(1.0 - saturation, opts.sa_gamma)
     dvao_weights = tl.where(groups > 0.0, group_weight / tl.maximum(groups, 1.0), 0.0)
 
     weights = tl.where(method == DARA, dara_weights,

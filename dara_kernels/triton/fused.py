@@ -97,7 +97,7 @@ def _runtime_parameters(kernel) -> tuple[str, ...]:
 
 def bind(kernel, values: dict) -> list:
     """The kernel's runtime arguments (all but its constexprs), in its parameter order, by name: the
-    options (one argument, wire.KernelOptions, whose fields the kernels read by name), the group table
+    options (`opts`, one argument, wire.KernelOptions, whose fields the kernels read by name), the group table
     (wire.GroupTable), each output as `<field>_ptr`, and the layout and sizes."""
     return [values[name] for name in _runtime_parameters(kernel)]
 
@@ -124,7 +124,7 @@ def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, values: dict
         rewards_ptr=rewards, rows_ptr=layout.rows if layout.rows is not None else unused,
         offsets_ptr=layout.offsets if layout.offsets is not None else unused, group_count_ptr=layout.num_groups,
         base_ptr=inputs.reward_weights, token_ptr=token if token is not None else no_token, table=table,
-        partial_ptr=partial, extrema_ptr=extrema, group_size=layout.group_size, has_token=int(token is not None))
+        partial_ptr=partial, extrema_ptr=extrema, group_size=layout.group_size, has_token=token is not None)
     run(accumulate_kernel, (programs,), *bind(accumulate_kernel, values),
         HAS_INDEX=inputs.group_index is not None, **_blocks(values["lanes"]),
         num_warps=accumulate_warps(values["lanes"]), maxnreg=ACCUMULATE_REGISTERS)
@@ -142,7 +142,8 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
     c, lanes = kernel_columns(opts, k)
     mask = inputs.response_mask
     outputs = empty_outputs(n, k, mask.shape[1] if mask is not None else None, device)
-    values = {"K": k, "C": c, "lanes": lanes, "options": kernel_options(opts.kernel_vectors[0]),
+    # "opts", never "options": Triton's launch binder is def dynamic_func(<kernel parameters>, **options).
+    values = {"K": k, "C": c, "lanes": lanes, "opts": kernel_options(opts.kernel_vectors[0]),
               **{f"{name}_ptr": tensor for name, tensor in outputs.items()},
               "signal_counts": tuple(outputs[name] for name in SIGNAL_COUNTS)}
     layout, partial, local_extrema = _run_accumulate(inputs, opts, values, run)
@@ -157,7 +158,7 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
     bounds = inputs.reward_bounds
     values.update(partial_ptr=partial, extrema_ptr=local_extrema, programs=partial.shape[0],
                   bounds_ptr=bounds if bounds is not None else affine, affine_ptr=affine,
-                  has_bounds=int(bounds is not None))
+                  has_bounds=bounds is not None)
     run(finalize_kernel, (1,), *bind(finalize_kernel, values), BLOCK_K=block_k(lanes), num_warps=FINALIZE_WARPS)
     run(apply_kernel, (_programs(layout, device),), *bind(apply_kernel, values),
         HAS_INDEX=inputs.group_index is not None, **_blocks(lanes), num_warps=APPLY_WARPS, maxnreg=APPLY_REGISTERS)

@@ -26,7 +26,8 @@ NO_GATE = tl.constexpr(-1)
 SIGNAL_COUNTS = tl.constexpr(3)
 SIGNAL_BLOCK = tl.constexpr(4)
 
-# The option vector as the kernels take it: one argument whose fields they read by name.
+# The option vector as the kernels take it: one argument whose fields they read by name; codes as
+# floats and flags as bools, so that no option value specialises a kernel (scripts/generate_wire.py).
 KernelOptions = collections.namedtuple("KernelOptions", (
     "method", "eps", "unbiased", "scale_by_std", "batch_norm", "bn_eps", "nan_to_zero", "active_tol", "alpha",
     "density_floor", "saw_delta", "sa_gamma", "apply_query_scale", "singleton_verl", "calibration_positive",
@@ -42,30 +43,30 @@ def kernel_options(vector) -> KernelOptions:
     """The packed option vector (AdvantageOptions.kernel_vector()) as the kernels' argument: the
     scalar fields typed, and each reward's gate column from the (gated, gate) pairs that follow
     them, kNoGate for none."""
-    gate = [-1] * 16
+    gate = [-1.0] * 16
     for i in range(19, len(vector), 2):
-        gate[int(vector[i])] = int(vector[i + 1])
+        gate[int(vector[i])] = float(vector[i + 1])
     return KernelOptions(
-        int(vector[0]),
+        float(vector[0]),
         float(vector[1]),
-        int(vector[2]),
-        int(vector[3]),
-        int(vector[4]),
+        bool(vector[2]),
+        bool(vector[3]),
+        float(vector[4]),
         float(vector[5]),
-        int(vector[6]),
+        bool(vector[6]),
         float(vector[7]),
         float(vector[8]),
         float(vector[9]),
         float(vector[10]),
         float(vector[11]),
-        int(vector[12]),
-        int(vector[13]),
-        int(vector[14]),
+        bool(vector[12]),
+        bool(vector[13]),
+        bool(vector[14]),
         float(vector[15]),
         float(vector[16]),
-        int(vector[17]),
-        int(vector[18]),
-        int(len(vector) > 19),
+        bool(vector[17]),
+        bool(vector[18]),
+        len(vector) > 19,
         tuple(gate),
     )
 

@@ -75,13 +75,28 @@ def _layout_args(inputs: PreparedInputs):
             inputs.response_mask, inputs.response_lengths)
 
 
-def kernel_accumulate(inputs: PreparedInputs, opts: AdvantageOptions):
-    return torch.ops.dara.accumulate.default(*_layout_args(inputs), opts.kernel_vectors[0])
+def kernel_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, ops=None):
+    return (ops or torch.ops.dara).accumulate.default(*_layout_args(inputs), opts.kernel_vectors[0])
 
 
 def kernel_fused_advantage(inputs: PreparedInputs, opts: AdvantageOptions,
-                           accumulators=None, extrema=None) -> AdvantageOutput:
-    result = torch.ops.dara.fused_advantage.default(
+                           accumulators=None, extrema=None, ops=None) -> AdvantageOutput:
+    result = (ops or torch.ops.dara).fused_advantage.default(
         *_layout_args(inputs), inputs.reward_bounds, accumulators, extrema,
         opts.kernel_vectors[1 if inputs.kernel_rejects_inf else 0])
     return output_from_kernel(result, inputs.response_mask is not None)
+
+
+def kernel_runner(library: str = "dara"):
+    """A backend's run(inputs, opts, reduce=None) on the compiled ops torch.ops.<library>: the CPU and CUDA
+    backends' (dara), or a test harness's own build of the same ops under another library name. With
+    reduce (distributed mode): the accumulate op, reduce, then the fused op with the reduced accumulators
+    (it runs accumulate again for its per-group table, so each rank reads its rewards three times)."""
+    def run(inputs: PreparedInputs, opts: AdvantageOptions, reduce=None) -> AdvantageOutput:
+        ops = getattr(torch.ops, library)
+        if reduce is None:
+            return kernel_fused_advantage(inputs, opts, ops=ops)
+        accumulators, extrema = reduce(*kernel_accumulate(inputs, opts, ops))
+        return kernel_fused_advantage(inputs, opts, accumulators, extrema, ops)
+
+    return run

@@ -96,13 +96,13 @@ def fused_advantage(
         calibration=calibration, max_weight=max_weight, rvpo_k=rvpo_k, no_signal=no_signal,
         reward_names=reward_names, reward_gates=reward_gates)
     rewards = reward_matrix(rewards)
-    name = backends.choose_backend(backend, rewards.device, rewards.shape[1])
+    record = backends.choose_backend(backend, rewards.device, rewards.shape[1])
     inputs = prepare_inputs(
         rewards, group_size=group_size, group_index=group_index, reward_weights=reward_weights,
         response_mask=response_mask, response_lengths=response_lengths,
         reward_bounds=reward_bounds, nan_policy=opts.nan_policy, batch_norm=opts.batch_norm,
         reward_names=opts.reward_names, reward_gates=opts.reward_gates, validate=validate,
-        value_checks="reduced" if process_group is not None else "cpu-kernel" if name == "cpu" else "here")
+        value_checks="reduced" if process_group is not None else record.value_checks)
     if process_group is None:
-        return backends.runner(name)(inputs, opts)
-    return distributed_advantage(name, inputs, opts, process_group)
+        return record.run(inputs, opts)
+    return distributed_advantage(record, inputs, opts, process_group)

@@ -1,13 +1,19 @@
-"""Backend registry: which implementation serves a call, and why one can't.
+"""Backend registry: one record per backend, read by the op, distributed mode
+and the check. A record says where its backend runs, why it cannot run here,
+how it runs a call, how many reward columns it takes, and how close to the
+reference it is held.
 
 Choosing a backend explicitly never falls back: an unavailable one raises
-with the reason. "auto" picks the fastest backend that can run the call (its
-device and its number of reward columns); docs/spec.md#backends.
+with the reason. "auto" picks the first registered backend for the
+tensors' device that can run the call (its device and its number of reward
+columns); docs/spec.md#backends. Adding a backend: docs/architecture.md.
 """
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, Iterator, Mapping, Optional
 
 import torch
 
@@ -16,11 +22,63 @@ from .output import AdvantageOutput
 from .reference import reference_advantage
 from .wire import MAX_REWARDS
 
-BACKENDS = ("auto", "reference", "cpu", "triton", "cuda")
+# reduce(accumulators, extrema) -> (accumulators, extrema): distributed mode's all-reduce between the stages.
+Reduce = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 class BackendUnavailable(RuntimeError):
     """The requested backend cannot run these inputs here; the message says why."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One backend.
+
+    run(inputs, opts) computes one call; a backend that `accumulates` also
+    takes run(inputs, opts, reduce), which combines its accumulators with the
+    other ranks' between accumulate and finalize (distributed mode; the
+    reference has no such stage). `unavailable(device)` says why it cannot run on that device
+    here (None where it can). `devices`: the device types "auto" and the
+    check run it on. `tolerances`: |out - ref| / max(1, max|ref|) by reward
+    dtype (None for the reference itself). `value_checks`: who checks the
+    rewards' values outside distributed mode (validation.prepare_inputs).
+    `test_mode`: how this package's tests run it without its device, which
+    the check does not use."""
+    name: str
+    devices: tuple[str, ...]
+    unavailable: Callable[[torch.device], Optional[str]]
+    run: Callable[..., AdvantageOutput]
+    max_rewards: Optional[int]
+    tolerances: Optional[Mapping[torch.dtype, float]]
+    value_checks: str = "here"
+    auto: bool = True
+    accumulates: bool = True
+    test_mode: str = ""
+
+
+def _same_everywhere(tolerance: float) -> dict:
+    return {dtype: tolerance for dtype in (torch.float64, torch.float32, torch.bfloat16, torch.float16)}
+
+
+def _extension_reason(name: str) -> Optional[str]:
+    return None if _ops.extension_available() else f'backend="{name}" is unavailable: {_ops.EXTENSION_ERROR}'
+
+
+def _cpu_reason(device: torch.device) -> Optional[str]:
+    reason = _extension_reason("cpu")
+    if reason is None and device.type != "cpu":
+        reason = f'backend="cpu" needs CPU tensors, got {device}'
+    return reason
+
+
+def _cuda_reason(device: torch.device) -> Optional[str]:
+    if device.type != "cuda":
+        return f'backend="cuda" needs CUDA tensors, got {device}'
+    reason = _extension_reason("cuda")
+    if reason is None and not _ops.cuda_kernels_compiled():
+        reason = ('backend="cuda" is unavailable: dara_kernels._C was built without CUDA '
+                  "(reinstall with a CUDA torch and nvcc present, or DARA_BUILD_CUDA=1)")
+    return reason
 
 
 def _triton_reason(device: torch.device) -> Optional[str]:
@@ -29,72 +87,84 @@ def _triton_reason(device: torch.device) -> Optional[str]:
     return triton_unavailable_reason(device)
 
 
-def _too_many_rewards(name: str, num_rewards: Optional[int]) -> Optional[str]:
-    if num_rewards is None or num_rewards <= MAX_REWARDS[name]:
+def _triton_run(inputs, opts, reduce: Optional[Reduce] = None) -> AdvantageOutput:
+    from .triton import triton_fused_advantage
+
+    return triton_fused_advantage(inputs, opts, reduce)
+
+
+# CPU accumulates in float64 for every input dtype: only the float32 output rounds.
+_CPU_TOLERANCES = {torch.float64: 2e-6, torch.float32: 1e-5, torch.bfloat16: 1e-5, torch.float16: 1e-5}
+
+# In "auto" order for each device type.
+_REGISTRY: dict[str, Backend] = {b.name: b for b in (
+    Backend("reference", ("cpu", "cuda"), lambda device: None, reference_advantage, None, None, auto=False,
+            accumulates=False),
+    Backend("cpu", ("cpu",), _cpu_reason, _ops.kernel_runner(), MAX_REWARDS["cpu"], _CPU_TOLERANCES,
+            value_checks="cpu-kernel"),
+    Backend("cuda", ("cuda",), _cuda_reason, _ops.kernel_runner(), MAX_REWARDS["cuda"], _same_everywhere(1e-4)),
+    Backend("triton", ("cuda",), _triton_reason, _triton_run, MAX_REWARDS["triton"], _same_everywhere(1e-4),
+            test_mode="the Triton interpreter on CPU is for the package's tests, not this check"),
+)}
+BACKENDS = ("auto", *_REGISTRY)
+
+
+def backend(name: str) -> Backend:
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"backend={name!r} is not supported; expected one of {', '.join(BACKENDS)}") from None
+
+
+def registered() -> tuple[Backend, ...]:
+    return tuple(_REGISTRY.values())
+
+
+@contextlib.contextmanager
+def registered_for_tests(record: Backend) -> Iterator[Backend]:
+    """`record` in the registry for the duration (a test harness's backend, never a public one)."""
+    if record.name in _REGISTRY or record.name == "auto":
+        raise ValueError(f"backend {record.name!r} is already registered")
+    _REGISTRY[record.name] = record
+    try:
+        yield record
+    finally:
+        del _REGISTRY[record.name]
+
+
+def _too_many_rewards(record: Backend, num_rewards: Optional[int]) -> Optional[str]:
+    if num_rewards is None or record.max_rewards is None or num_rewards <= record.max_rewards:
         return None
-    return (f'backend="{name}" handles at most {MAX_REWARDS[name]} reward columns, got K={num_rewards}; '
+    return (f'backend="{record.name}" handles at most {record.max_rewards} reward columns, got K={num_rewards}; '
             'backend="reference" handles any K')
 
 
 def unavailable_reason(name: str, device: torch.device, num_rewards: Optional[int] = None) -> Optional[str]:
     """Why `name` cannot run a call on `device` with `num_rewards` columns (None: any K), or None."""
-    if name == "reference":
-        return None
-    reason = _device_reason(name, device)
-    return reason or _too_many_rewards(name, num_rewards)
+    record = backend(name)
+    return record.unavailable(device) or _too_many_rewards(record, num_rewards)
 
 
-def _device_reason(name: str, device: torch.device) -> Optional[str]:
-    if name == "cpu":
-        if not _ops.extension_available():
-            return f'backend="cpu" is unavailable: {_ops.EXTENSION_ERROR}'
-        if device.type != "cpu":
-            return f'backend="cpu" needs CPU tensors, got {device}'
-        return None
-    if name == "cuda":
-        if device.type != "cuda":
-            return f'backend="cuda" needs CUDA tensors, got {device}'
-        if not _ops.extension_available():
-            return f'backend="cuda" is unavailable: {_ops.EXTENSION_ERROR}'
-        if not _ops.cuda_kernels_compiled():
-            return ('backend="cuda" is unavailable: dara_kernels._C was built without CUDA '
-                    "(reinstall with a CUDA torch and nvcc present, or DARA_BUILD_CUDA=1)")
-        return None
-    if name == "triton":
-        return _triton_reason(device)
-    raise ValueError(f"backend={name!r} is not supported; expected one of {', '.join(BACKENDS)}")
-
-
-def choose_backend(name: str, device: torch.device, num_rewards: int) -> str:
+def choose_backend(name: str, device: torch.device, num_rewards: int) -> Backend:
     # The common CPU call first: the search below costs a small batch about a microsecond.
-    if (name == "cpu" or name == "auto") and device.type == "cpu" and num_rewards <= MAX_REWARDS["cpu"] \
+    cpu = _REGISTRY["cpu"]
+    if (name == "cpu" or name == "auto") and device.type == "cpu" and num_rewards <= cpu.max_rewards \
             and _ops.extension_available():
-        return "cpu"
-    if not isinstance(name, str) or name not in BACKENDS:
-        raise ValueError(f"backend={name!r} is not supported; expected one of {', '.join(BACKENDS)}")
+        return cpu
     if name != "auto":
+        record = backend(name)
         reason = unavailable_reason(name, device, num_rewards)
         if reason:
             raise BackendUnavailable(reason)
-        return name
-    candidates = ("cuda", "triton") if device.type == "cuda" else ("cpu",)
+        return record
+    candidates = [b for b in _REGISTRY.values() if b.auto and device.type in b.devices]
     for candidate in candidates:
-        if unavailable_reason(candidate, device, num_rewards) is None:
+        if unavailable_reason(candidate.name, device, num_rewards) is None:
             return candidate
-    reasons = "; ".join(unavailable_reason(c, device, num_rewards) for c in candidates)
+    reasons = "; ".join(unavailable_reason(c.name, device, num_rewards) for c in candidates)
     if os.environ.get("DARA_ALLOW_REFERENCE") == "1":
-        return "reference"
+        return _REGISTRY["reference"]
     raise BackendUnavailable(
         f'backend="auto" found no compiled backend for {device}: {reasons}. '
         'Pass backend="reference" (float64 PyTorch, slower) or set DARA_ALLOW_REFERENCE=1 '
         "to let auto use it.")
-
-
-def runner(name: str) -> Callable[..., AdvantageOutput]:
-    if name == "reference":
-        return reference_advantage
-    if name == "triton":
-        from .triton import triton_fused_advantage
-
-        return triton_fused_advantage
-    return _ops.kernel_fused_advantage

@@ -48,7 +48,7 @@ def main(argv=None) -> None:
         micros = (time.perf_counter() - start) / 5 * 1e6
         share = out.weighted_energy / out.weighted_energy.sum().clamp(min=1e-30)
         fmt = lambda t: " ".join(f"{v:5.2f}" for v in t.tolist())  # noqa: E731
-        used = choose_backend(args.backend, rewards.device, rewards.shape[1])
+        used = choose_backend(args.backend, rewards.device, rewards.shape[1]).name
         print(f"{method:<11} {used:<9} {fmt(out.density):<20} {fmt(out.weights):<20} {fmt(share):<20} {micros:8.0f}")
     print(f"\nN={n}. 'energy share' is each reward's part of sum_k (w_k A_k)^2: under GDPO the sparse "
           "format reward gets a share proportional to its density; DARA moves the shares towards equal.")

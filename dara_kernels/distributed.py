@@ -7,18 +7,16 @@ doubles) -> the bad-input check on the summed counts -> finalize + apply
 min/max (SAW and SA-MRPO without reward_bounds) add one MAX all-reduce of 2K
 doubles. All collectives are public torch.distributed calls.
 
-- cpu and cuda: the accumulate op, the all-reduce, then the fused op with the
-  batch's accumulators; the fused op runs accumulate again for its per-group
-  table, so each rank reads its rewards three times.
-- triton: one driver call that all-reduces between its launches (two reads).
+Each backend's record (backends.py) runs its stages around `reduce`: the
+compiled ops call accumulate, reduce, then the fused op (_ops.kernel_runner);
+Triton's driver all-reduces between its launches.
 """
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from . import _ops
-from .backends import BackendUnavailable
+from .backends import Backend, BackendUnavailable, registered
 from .options import AdvantageOptions
 from .output import AdvantageOutput
 from .validation import PreparedInputs
@@ -61,21 +59,16 @@ def reduce_accumulators(accumulators: torch.Tensor, extrema: torch.Tensor, input
     return accumulators, extrema
 
 
-def distributed_advantage(backend: str, inputs: PreparedInputs, opts: AdvantageOptions,
+def distributed_advantage(record: Backend, inputs: PreparedInputs, opts: AdvantageOptions,
                           process_group) -> AdvantageOutput:
-    if backend not in ("cpu", "cuda", "triton"):
-        raise BackendUnavailable(
-            f'process_group needs a kernel backend (cpu, cuda or triton), not "{backend}": '
-            "the reference has no accumulate stage to all-reduce")
+    if not record.accumulates:
+        kernels = ", ".join(b.name for b in registered() if b.accumulates)
+        raise BackendUnavailable(f'process_group needs a kernel backend ({kernels}), not "{record.name}": it has no '
+                                 "accumulate stage to all-reduce")
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("process_group was given but torch.distributed is not initialised")
 
     def reduce(accumulators, extrema):
         return reduce_accumulators(accumulators, extrema, inputs, opts, process_group)
 
-    if backend == "triton":
-        from .triton import triton_fused_advantage
-
-        return triton_fused_advantage(inputs, opts, reduce)
-    accumulators, extrema = reduce(*_ops.kernel_accumulate(inputs, opts))
-    return _ops.kernel_fused_advantage(inputs, opts, accumulators=accumulators, extrema=extrema)
+    return record.run(inputs, opts, reduce)

@@ -124,7 +124,7 @@ PY
 
 run_tests() {
   local tests=("${OP_SUITE[@]}")
-  [ "$MODE" = cuda ] && tests+=(tests/test_triton_backend.py)
+  [ "$MODE" = cuda ] && tests+=(tests/test_triton_backend.py tests/test_triton_compiles.py)
   (cd "$SRC" && "$PY" -m pytest -q -p no:cacheprovider "${tests[@]}")
 }
 

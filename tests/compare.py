@@ -1,9 +1,15 @@
 """Comparison of an AdvantageOutput against the float64 reference, as an assertion."""
 from __future__ import annotations
 
-from dara_kernels.check.compare import TOLERANCES, compare
+from dara_kernels.backends import backend
+from dara_kernels.check.compare import compare
 
-__all__ = ["TOLERANCES", "assert_matches"]
+__all__ = ["tolerance", "assert_matches"]
+
+
+def tolerance(name: str, dtype) -> float:
+    """The backend's tolerance for rewards of `dtype` (its record, dara_kernels/backends.py)."""
+    return backend(name).tolerances[dtype]
 
 
 def assert_matches(out, ref, tol: float, context: str = "") -> None:

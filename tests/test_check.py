@@ -6,13 +6,16 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
 
 import dara_kernels as dk
+from dara_kernels import backends
 from dara_kernels.check import __main__ as check_main
 from dara_kernels.check import runner, sweeps
+from dara_kernels.check.cases import make_case
 from dara_kernels.check.table_sweeps import dtype_calls, k_range_calls, option_calls
 from dara_kernels.wire import OPTION_NAMES, PRESETS
 
@@ -64,9 +67,11 @@ def test_a_matching_backend_passes(monkeypatch, capsys):
 @pytest.mark.parametrize("wrong, problem", [
     (lambda out: out._replace(advantages=out.advantages * 1.001), "advantages relative error"),
     (lambda out: out._replace(advantages=torch.full_like(out.advantages, float("nan"))), "advantages has NaN"),
+    (lambda out: out._replace(advantages=out.advantages.index_fill(0, torch.tensor([3]), float("nan"))),
+     "advantages has NaN where the reference has none"),
     (lambda out: out._replace(active_groups=out.active_groups + 1), "active_groups differs"),
     (lambda out: out._replace(weights=None), "weights missing"),
-], ids=["error", "nan", "count", "missing"])
+], ids=["error", "nan", "one-nan", "count", "missing"])
 def test_a_wrong_output_fails_the_check(monkeypatch, capsys, wrong, problem):
     status, out = _run_check(monkeypatch, capsys, wrong)
     assert status == 1 and "cpu MISMATCH" in out and problem in out, out
@@ -104,3 +109,71 @@ def test_the_sweep_comes_from_the_tables():
     ks = {call.rewards.shape[1] for call in k_range_calls(64, (1, 16, 64))}
     assert ks == set(range(1, 65))
     assert {call.options["method"] for call in dtype_calls()} == set(dk.METHODS)
+
+
+def _fake_backend(name="fake", wrong=None, max_rewards=None):
+    """A backend record that is the CPU backend, its output passed through `wrong`."""
+    cpu = backends.backend("cpu")
+
+    def run(inputs, opts, reduce=None):
+        out = cpu.run(inputs, opts, reduce)
+        return wrong(out) if wrong is not None else out
+
+    return replace(cpu, name=name, run=run, max_rewards=max_rewards or cpu.max_rewards)
+
+
+def test_one_failing_backend_beside_a_passing_one_fails_the_check(monkeypatch, capsys):
+    wrong = _fake_backend(wrong=lambda out: out._replace(advantages=out.advantages * 1.001))
+    with backends.registered_for_tests(wrong):
+        status, out = _run_check(monkeypatch, capsys, argv=("--no-timing", "--backends", "cpu", "fake"))
+    assert status == 1 and "fake MISMATCH" in out and "cpu MISMATCH" not in out, out
+
+
+def test_a_nan_in_the_reference_alone_fails_the_check(monkeypatch, capsys):
+    """The error would be NaN, which no tolerance comparison fails: the NaN itself is the mismatch."""
+    torch.use_deterministic_algorithms(False)
+    monkeypatch.setattr(check_main, "check_calls", _few_calls)
+    real = sweeps.fused_advantage
+
+    def nan_reference(rewards, backend, **kwargs):
+        out = real(rewards, backend=backend, **kwargs)
+        return out._replace(advantages=torch.full_like(out.advantages, float("nan"))) if backend == "reference" \
+            else out
+
+    monkeypatch.setattr(sweeps, "fused_advantage", nan_reference)
+    status = check_main.main(["--no-timing"])
+    out = capsys.readouterr().out
+    assert status == 1 and "advantages has NaN missing where the reference has NaN" in out, out
+
+
+def test_a_nan_error_is_a_failure():
+    result = runner.BackendResult(backends.backend("cpu"), "cpu")
+    call = next(option_calls())
+    result.record(call, float("nan"), "advantages", None)
+    assert len(result.failures) == 1 and "relative error nan" in result.failures[0].problem
+
+
+def _calls_of_width(*ks):
+    def calls(max_k, edges):
+        for k in ks:
+            case = make_case(k, "fixed", k, shape=(16, 4))
+            yield sweeps.Call(f"K={k}", case.rewards, case.layout, {"method": "gdpo"})
+    return calls
+
+
+def test_a_backend_runs_every_call_up_to_its_column_limit(monkeypatch, capsys):
+    torch.use_deterministic_algorithms(False)
+    monkeypatch.setattr(check_main, "check_calls", _calls_of_width(2, 3, 4, 5))
+    narrow = _fake_backend(name="narrow", max_rewards=3)
+    with backends.registered_for_tests(narrow):
+        status = check_main.main(["--no-timing", "--backends", "narrow"])
+    out = capsys.readouterr().out
+    row = re.search(r"^narrow +cpu +(\d+) ", out, re.MULTILINE)
+    assert status == 0 and row and int(row.group(1)) == 2, out
+    assert "narrow: 2 calls over its limit of 3 reward columns not run" in out, out
+
+
+def test_the_check_takes_its_backends_from_the_registry(monkeypatch, capsys):
+    with backends.registered_for_tests(_fake_backend(name="extra")):
+        status, out = _run_check(monkeypatch, capsys, argv=("--no-timing", "--backends", "extra"))
+    assert status == 0 and re.search(r"^extra +cpu +4 ", out, re.MULTILINE), out

@@ -8,7 +8,7 @@ import torch
 
 import dara_kernels as dk
 from dara_kernels.check.cases import make_case
-from tests.compare import TOLERANCES, assert_matches
+from tests.compare import assert_matches, tolerance
 from tests.sweep import DTYPES, KS, LAYOUTS, sweep_against_reference
 
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
@@ -38,7 +38,7 @@ def test_presets_match_reference(method, preset):
     kw = case.kwargs(with_mask=True)
     ref = dk.fused_advantage(case.rewards, method=method, preset=preset, backend="reference", **kw)
     out = dk.fused_advantage(case.rewards, method=method, preset=preset, backend="cpu", **kw)
-    assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], preset)
+    assert_matches(out, ref, tolerance("cpu", torch.float32), preset)
 
 
 @pytest.mark.parametrize("options", [
@@ -51,7 +51,7 @@ def test_options(method, options):
     case = make_case(11, "shuffled", 4, shape=(97,))
     ref = dk.fused_advantage(case.rewards, method=method, backend="reference", **options, **case.layout)
     out = dk.fused_advantage(case.rewards, method=method, backend="cpu", **options, **case.layout)
-    assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], str(options))
+    assert_matches(out, ref, tolerance("cpu", torch.float32), str(options))
 
 
 def test_sparse_binary_large_batch():
@@ -59,7 +59,7 @@ def test_sparse_binary_large_batch():
     rewards = (torch.rand(4096 * 8, 4, generator=gen) < torch.tensor([0.02, 0.3, 0.6, 0.97])).float()
     ref = dk.fused_advantage(rewards, 8, backend="reference")
     out = dk.fused_advantage(rewards, 8, backend="cpu")
-    assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], "large")
+    assert_matches(out, ref, tolerance("cpu", torch.float32), "large")
 
 
 def test_dense_and_sparse_ids_agree():
@@ -95,7 +95,7 @@ def test_dense_ids_with_gaps(method, batch_norm):
     ref = dk.fused_advantage(rewards, group_index=ids, backend="reference", **kw)
     dense = dk.fused_advantage(rewards, group_index=ids, backend="cpu", **kw)
     sparse = dk.fused_advantage(rewards, group_index=ids * (2 ** 40), backend="cpu", **kw)
-    assert_matches(dense, ref, TOLERANCES["cpu"][torch.float32], method)
+    assert_matches(dense, ref, tolerance("cpu", torch.float32), method)
     for name in dense._fields:
         if getattr(dense, name) is not None:
             assert torch.equal(getattr(dense, name), getattr(sparse, name)), name
@@ -131,7 +131,7 @@ def test_token_output_reads_the_mask_in_its_dtype(dtype, holes):
                              **case.layout)
     ref = dk.fused_advantage(case.rewards, method="gdpo", preset="verl", response_mask=mask.double(),
                              backend="reference", **case.layout)
-    assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], str(dtype))
+    assert_matches(out, ref, tolerance("cpu", torch.float32), str(dtype))
     assert torch.equal(out.token_advantages, out.advantages[:, None] * mask)
 
 
@@ -165,7 +165,7 @@ def test_three_and_four_float_rewards_complete_groups(k, method, group_size):
     for kw in (dict(), dict(preset="verl", response_mask=mask)):
         ref = dk.fused_advantage(rewards, group_size, method=method, backend="reference", **kw)
         out = dk.fused_advantage(rewards, group_size, method=method, backend="cpu", **kw)
-        assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], f"{method} {kw.keys()}")
+        assert_matches(out, ref, tolerance("cpu", torch.float32), f"{method} {kw.keys()}")
 
 
 def test_dropped_rows_stay_zero_when_the_batch_scale_is_infinite():
@@ -219,7 +219,7 @@ def test_shuffled_layout_mixes_complete_and_partial_groups():
     for method in ("dara", "grpo", "dvao"):
         ref = dk.fused_advantage(rewards, group_index=ids, method=method, backend="reference")
         out = dk.fused_advantage(rewards, group_index=ids, method=method, backend="cpu")
-        assert_matches(out, ref, TOLERANCES["cpu"][torch.float32], method)
+        assert_matches(out, ref, tolerance("cpu", torch.float32), method)
 
 
 def test_token_outputs_are_reused_only_once_freed_and_within_the_bound():

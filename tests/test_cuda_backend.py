@@ -8,7 +8,7 @@ import dara_kernels as dk
 from dara_kernels.check.cases import make_case
 from dara_kernels.options import resolve_options
 from dara_kernels.wire import ACCUMULATOR_SEGMENTS, MAX_REWARDS, combined_columns, segment_offsets
-from tests.compare import TOLERANCES, assert_matches
+from tests.compare import assert_matches, tolerance
 from tests.sweep import (
     DTYPES,
     KS,
@@ -65,7 +65,7 @@ def test_wide_rows_in_both_calibrations(k, calibration):
             ref = dk.fused_advantage(case.rewards, backend="reference", **options, **kwargs)
             on_device = {key: v.cuda() if isinstance(v, torch.Tensor) else v for key, v in kwargs.items()}
             out = dk.fused_advantage(case.rewards.cuda(), backend="cuda", **options, **on_device)
-            assert_matches(out, ref, TOLERANCES["cuda"][torch.float32], f"{case.label} {options}")
+            assert_matches(out, ref, tolerance("cuda", torch.float32), f"{case.label} {options}")
 
 
 def test_batch_without_spread():
@@ -131,7 +131,7 @@ def test_graph_capture_and_replay(backend):
     torch.cuda.synchronize()
     expected = dk.fused_advantage(rewards.cpu(), 16, response_mask=mask.cpu(), batch_norm="token",
                                   backend="reference")
-    assert_matches(captured, expected, TOLERANCES[backend][torch.float32], "graph replay")
+    assert_matches(captured, expected, tolerance(backend, torch.float32), "graph replay")
 
 
 @pytest.mark.parametrize("backend", ["cuda", "triton"])
@@ -152,7 +152,7 @@ def test_bf16_large_batch(backend):
     rewards = (torch.rand(1 << 20, 4, generator=gen) < torch.tensor([0.02, 0.3, 0.6, 0.97])).to(torch.bfloat16)
     out = dk.fused_advantage(rewards.cuda(), 16, backend=backend)
     ref = dk.fused_advantage(rewards, 16, backend="reference")
-    assert_matches(out, ref, TOLERANCES[backend][torch.bfloat16], "bf16 1M")
+    assert_matches(out, ref, tolerance(backend, torch.bfloat16), "bf16 1M")
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -168,7 +168,7 @@ def test_two_to_the_24_rows(layout):
         kwargs = {"group_index": torch.randperm(n, device="cuda", generator=gen) // g}
     out = dk.fused_advantage(rewards, backend="cuda", **kwargs)
     ref = dk.fused_advantage(rewards, backend="reference", **kwargs)
-    assert_matches(out, ref, TOLERANCES["cuda"][torch.float32], f"2^24 rows {layout}")
+    assert_matches(out, ref, tolerance("cuda", torch.float32), f"2^24 rows {layout}")
 
 
 def test_binding_rejects_what_it_cannot_run():

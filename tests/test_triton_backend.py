@@ -12,7 +12,7 @@ import dara_kernels as dk
 from dara_kernels.check.cases import make_case
 from dara_kernels.check.sweeps import OFFSET_RATIOS
 from dara_kernels.wire import MAX_REWARDS, OUTPUT_FIELDS
-from tests.compare import TOLERANCES, assert_matches
+from tests.compare import assert_matches, tolerance
 from tests.sweep import (
     DTYPES,
     KS,
@@ -121,7 +121,7 @@ def test_presets_with_token_output(preset):
     ref = dk.fused_advantage(case.rewards, method="gdpo", preset=preset, backend="reference", **kw)
     out = dk.fused_advantage(case.rewards.to(DEVICE), method="gdpo", preset=preset, backend="triton",
                              **{k: v.to(DEVICE) if isinstance(v, torch.Tensor) else v for k, v in kw.items()})
-    assert_matches(out, ref, TOLERANCES["triton"][torch.float32], preset)
+    assert_matches(out, ref, tolerance("triton", torch.float32), preset)
 
 
 @pytest.mark.parametrize("options", [dict(scale_by_std=False, unbiased=False), dict(singleton="verl"),
@@ -132,7 +132,7 @@ def test_options(options):
         ref = dk.fused_advantage(case.rewards, method=method, backend="reference", **options, **case.layout)
         out = dk.fused_advantage(case.rewards.to(DEVICE), method=method, backend="triton", **options,
                                  group_index=case.layout["group_index"].to(DEVICE))
-        assert_matches(out, ref, TOLERANCES["triton"][torch.float32], str(options))
+        assert_matches(out, ref, tolerance("triton", torch.float32), str(options))
 
 
 def test_reduce_adds_the_other_ranks_sums():
@@ -168,7 +168,7 @@ def test_reduce_adds_the_other_ranks_sums():
     ref = dk.fused_advantage(case.rewards, 13, method="saw", backend="reference")
     ref = ref._replace(**{name: getattr(ref, name)[:52] for name, shape, _ in OUTPUT_FIELDS if shape == "N"})
     assert calls == [1]
-    assert_matches(out, ref, TOLERANCES["triton"][torch.float32], "reduce")
+    assert_matches(out, ref, tolerance("triton", torch.float32), "reduce")
 
 
 def test_deterministic():

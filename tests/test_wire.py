@@ -57,15 +57,16 @@ def test_triton_kernels_read_options_by_their_field_names():
     assert list(KernelOptions._fields) == fields + ["gated", "gate"]
     for kernel in (accumulate.accumulate_kernel, finalize.finalize_kernel, apply.apply_kernel):
         parameters = _runtime_parameters(kernel)
-        assert "options" in parameters and not set(parameters) & set(fields)
+        # Never "options": Triton's launch binder is def dynamic_func(<parameters>, **options).
+        assert "opts" in parameters and "options" not in parameters and not set(parameters) & set(fields)
     source = "".join(pathlib.Path(m.__file__).read_text() for m in (accumulate, apply, finalize))
     from dara_kernels.triton import common
 
-    read = set(re.findall(r"options\.(\w+)", source + pathlib.Path(common.__file__).read_text()))
+    read = set(re.findall(r"opts\.(\w+)", source + pathlib.Path(common.__file__).read_text()))
     assert read and read <= set(KernelOptions._fields)
     gated = kernel_options(resolve_options("gdpo", None, reward_gates={2: 0, 1: 0}).kernel_vector())
-    assert gated.gated == 1 and gated.gate[:4] == (-1, 0, 0, -1)
-    assert kernel_options(resolve_options("gdpo", None).kernel_vector()).gated == 0
+    assert gated.gated is True and gated.gate[:4] == (-1, 0, 0, -1)
+    assert kernel_options(resolve_options("gdpo", None).kernel_vector()).gated is False
 
 
 def test_column_counts_follow_the_modes():

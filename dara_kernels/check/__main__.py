@@ -15,16 +15,16 @@ import time
 import torch
 
 from .. import __version__
-from ..wire import MAX_REWARDS
+from ..backends import backend
 from .batches import PAPER_GROUP, PAPER_PROMPTS, PAPER_TOKENS, VERL_GROUP, VERL_K, VERL_PROMPTS, VERL_TOKENS
 from .runner import (
-    COMPILED_BACKENDS,
     TIMED_BATCHES,
     TIMED_CALLS,
     BackendResult,
     backend_device,
     check_calls,
     compare_backends,
+    compiled_backends,
     sweep_settings,
     time_backends,
 )
@@ -63,6 +63,9 @@ def format_report(results: list[BackendResult], unavailable: dict[str, str], sec
     for result in results:
         if result.worst_call:
             lines.append(f"{result.name} closest to tolerance: {result.worst_call}")
+        if result.skipped:
+            lines.append(f"{result.name}: {result.skipped} calls over its limit of {result.backend.max_rewards} "
+                         "reward columns not run")
         for failure in result.failures[:LISTED_FAILURES]:
             lines.append(f"{result.name} MISMATCH {failure.call}: {failure.problem}")
         if len(result.failures) > LISTED_FAILURES:
@@ -72,23 +75,24 @@ def format_report(results: list[BackendResult], unavailable: dict[str, str], sec
 
 
 def main(argv=None) -> int:
+    names = [b.name for b in compiled_backends()]
     parser = argparse.ArgumentParser(prog="python -m dara_kernels.check", description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", nargs="+", choices=COMPILED_BACKENDS, default=list(COMPILED_BACKENDS),
+    parser.add_argument("--backends", nargs="+", choices=names, default=names,
                         help="the backends to check (default: every one that can run here)")
-    parser.add_argument("--require", nargs="+", choices=COMPILED_BACKENDS, default=[],
+    parser.add_argument("--require", nargs="+", choices=names, default=[],
                         help="fail unless these backends can run here")
     parser.add_argument("--no-timing", dest="timing", action="store_false", help="skip the two timed batches")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     results, unavailable = [], {}
     for name in dict.fromkeys(args.backends + args.require):
-        device, why = backend_device(name)
+        device, why = backend_device(backend(name))
         if device is None:
             unavailable[name] = why
         else:
-            results.append(BackendResult(name, device))
+            results.append(BackendResult(backend(name), device))
     if results:
-        edges = tuple(sorted({1, *(MAX_REWARDS[r.name] for r in results)}))
+        edges = tuple(sorted({1, *(r.backend.max_rewards for r in results)}))
         with sweep_settings():
             compare_backends(results, check_calls(max(edges), edges))
         if args.timing:

@@ -125,3 +125,14 @@ def gate_rewards(gen: torch.Generator, n: int) -> torch.Tensor:
         rewards[torch.rand(n, generator=gen) < 0.125, column] = float("nan")
     return rewards
 
+
+
+def gate_columns(gen: torch.Generator, n: int, k: int) -> torch.Tensor:
+    """K columns, each one a gate for one reward and gated by another somewhere in the gate sweep: graded
+    (-1, 0, 0.5, 2) in even columns and binary in odd ones, about one entry in eight missing in each."""
+    graded = torch.tensor([-1.0, 0.0, 0.5, 2.0], dtype=torch.float64)
+    columns = [graded[torch.randint(0, 4, (n,), generator=gen)] if c % 2 == 0
+               else (torch.rand(n, generator=gen) < 0.5).double() for c in range(k)]
+    rewards = torch.stack(columns, 1)
+    rewards[torch.rand(n, k, generator=gen) < 0.125] = float("nan")
+    return rewards

@@ -14,14 +14,15 @@ from typing import Iterator, Optional
 
 import torch
 
-from ..backends import unavailable_reason
-from ..wire import MAX_REWARDS, METHODS
+from ..backends import Backend, registered
+from ..wire import METHODS
 from .batches import paper_batch, verl_shaped_batch
-from .compare import TOLERANCES, Comparison, compare
+from .compare import Comparison, compare
 from .sweeps import (
     Call,
     calibration_calls,
     gate_calls,
+    group_id_calls,
     no_signal_calls,
     offset_calls,
     soft_minimum_calls,
@@ -29,29 +30,31 @@ from .sweeps import (
 )
 from .table_sweeps import dtype_calls, k_range_calls, option_calls
 
-COMPILED_BACKENDS = tuple(MAX_REWARDS)
 TIMED_CALLS = 5
 
 
-def backend_device(name: str) -> tuple[Optional[str], Optional[str]]:
-    """(device, None) where `name` runs here, else (None, why not)."""
-    if name == "cpu":
-        reason = unavailable_reason("cpu", torch.device("cpu"))
-        return (None, reason) if reason else ("cpu", None)
-    if not torch.cuda.is_available():
+def compiled_backends() -> tuple[Backend, ...]:
+    """The backends the check compares with the reference: every registered one but the reference."""
+    return tuple(b for b in registered() if b.tolerances is not None)
+
+
+def backend_device(record: Backend) -> tuple[Optional[str], Optional[str]]:
+    """(device, None) where the backend runs here, else (None, why not). A backend that runs on CUDA is
+    checked on a GPU only, never in its test mode."""
+    device = "cuda" if "cuda" in record.devices else record.devices[0]
+    if device == "cuda" and not torch.cuda.is_available():
         why = f"torch {torch.__version__} sees no CUDA device"
-        if name == "triton":
-            why += " (the Triton interpreter on CPU is for the package's tests, not this check)"
-        return None, why
-    reason = unavailable_reason(name, torch.device("cuda"))
-    return (None, reason) if reason else ("cuda", None)
+        return None, why + (f" ({record.test_mode})" if record.test_mode else "")
+    reason = record.unavailable(torch.device(device))
+    return (None, reason) if reason else (device, None)
 
 
 def check_calls(max_k: int, edges: tuple[int, ...]) -> Iterator[Call]:
     return itertools.chain(
         k_range_calls(max_k, edges), option_calls(), dtype_calls(),
         *(offset_calls(method) for method in METHODS),
-        calibration_calls(), spreadless_calls(), soft_minimum_calls(), no_signal_calls(), gate_calls())
+        calibration_calls(), spreadless_calls(), soft_minimum_calls(), no_signal_calls(), gate_calls(),
+        group_id_calls())
 
 
 @dataclass
@@ -62,9 +65,10 @@ class Failure:
 
 @dataclass
 class BackendResult:
-    name: str
+    backend: Backend
     device: str
     cases: int = 0
+    skipped: int = 0  # calls over its column limit
     worst_ratio: float = 0.0  # the worst error over its tolerance
     worst_error: float = 0.0
     worst_tolerance: float = 0.0
@@ -73,16 +77,24 @@ class BackendResult:
     failures: list[Failure] = field(default_factory=list)
     timings_ms: dict[str, Optional[float]] = field(default_factory=dict)
 
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    def takes(self, call: Call) -> bool:
+        limit = self.backend.max_rewards
+        return limit is None or call.rewards.shape[1] <= limit
+
     def record(self, call: Call, error: float, field_name: str, problem: Optional[str]) -> None:
         self.cases += 1
         if problem is not None:
             self.failures.append(Failure(call.describe(), problem))
             return
-        tolerance = TOLERANCES[self.name][call.rewards.dtype]
+        tolerance = self.backend.tolerances[call.rewards.dtype]
         if error / tolerance > self.worst_ratio or not self.worst_call:
             self.worst_ratio, self.worst_error, self.worst_tolerance = error / tolerance, error, tolerance
             self.worst_call = call.describe()
-        if error > tolerance:
+        if not error <= tolerance:
             self.failures.append(Failure(call.describe(), f"{field_name} relative error {error:.3g} > {tolerance:g}"))
 
 
@@ -139,7 +151,8 @@ def compare_backends(results: list[BackendResult], calls) -> None:
     for call in calls:
         ref = _outcome(call, "reference", "cpu")
         for result in results:
-            if call.rewards.shape[1] > MAX_REWARDS[result.name]:
+            if not result.takes(call):
+                result.skipped += 1
                 continue
             start = time.perf_counter()
             out = _outcome(call, result.name, result.device)

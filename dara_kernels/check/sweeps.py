@@ -2,7 +2,7 @@
 float64 reference by the check (`python -m dara_kernels.check`) and by each
 backend's tests (tests/sweep.py): rewards far from zero, the calibrations,
 a batch without spread, RVPO's risk coefficients, groups without signal,
-reward gates."""
+reward gates, group ids that are not 0 to G - 1."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,7 +13,7 @@ import torch
 from ..api import fused_advantage
 from ..output import AdvantageOutput
 from ..wire import METHODS
-from .cases import calibration_rewards, gate_rewards, offset_rewards, signal_rewards
+from .cases import calibration_rewards, gate_columns, gate_rewards, offset_rewards, signal_rewards
 
 
 @dataclass(frozen=True)
@@ -169,3 +169,52 @@ def gate_calls(n: int = 48) -> Iterator[Call]:
         (name, layout), extra = layouts(gen, n, 4)[seed % 2], ({}, by_token)[seed % 2]
         options = dict(method=method, nan_policy=("ignore", "zero")[seed % 2], **GATES[seed % 2])
         yield Call(f"{method} gates {name}", rewards, {**layout, **extra}, options)
+    yield from gate_column_calls(n)
+    yield from infinite_gated_calls(n)
+
+
+# K = 2 to 4 take each backend's compile-time-K path, K = 6 its runtime-K one.
+GATE_COLUMN_KS = (2, 3, 4, 6)
+
+
+def gate_column_calls(n: int) -> Iterator[Call]:
+    """A gate in every column and a gated reward in every column: at shift s,
+    reward s + 1 counts only where reward s passes, s + 3 only where s + 2
+    does, s + 5 where s + 4 does (columns mod K, as many pairs as K holds),
+    for every s; methods and layouts rotating."""
+    for k in GATE_COLUMN_KS:
+        for shift in range(k):
+            seed = 10 * k + shift
+            method = METHODS[seed % len(METHODS)]
+            gen = torch.Generator().manual_seed(800 + seed)
+            gates = {(shift + 2 * i + 1) % k: (shift + 2 * i) % k for i in range(k // 2)}
+            (name, layout) = layouts(gen, n, 4)[seed % 2]
+            yield Call(f"{method} K={k} gates {gates} {name}", gate_columns(gen, n, k).float(), layout,
+                       dict(method=method, reward_gates=gates))
+
+
+def infinite_gated_calls(n: int) -> Iterator[Call]:
+    """An infinite reward under a failing gate and under a missing one: still
+    the Inf error, as if it had no gate (docs/spec.md#reward-gates)."""
+    for gate_value in (0.0, float("nan")):
+        gen = torch.Generator().manual_seed(890)
+        rewards = gate_rewards(gen, n).float()
+        rewards[5, 0], rewards[5, 2] = gate_value, float("inf")
+        yield Call(f"+Inf under a gate of {gate_value}", rewards, {"group_size": 4},
+                   dict(method="gdpo", **GATES[1]))
+
+
+def group_id_calls(n: int = 60) -> Iterator[Call]:
+    """Every method with group ids other than 0 to G - 1, in uneven groups:
+    dense ids with gaps (every third id used, some groups empty: an unused
+    id must not count as a group) and ids across the int64 range (a sort's
+    ranks), the second with token normalisation."""
+    wide = torch.tensor([-2**63, -2**40, -7, 0, 3, 2**31, 2**40 + 1, 2**62, 2**63 - 1])
+    for seed, method in enumerate(METHODS):
+        gen = torch.Generator().manual_seed(900 + seed)
+        rewards = calibration_rewards(gen, n).float()
+        groups = torch.randint(0, len(wide), (n,), generator=gen)
+        lengths = torch.randint(1, 30, (n,), generator=gen)
+        yield Call(f"{method} ids with gaps", rewards, {"group_index": 3 * groups + 11}, {"method": method})
+        yield Call(f"{method} ids across int64", rewards, {"group_index": wide[groups], "response_lengths": lengths},
+                   {"method": method, "batch_norm": "token"})

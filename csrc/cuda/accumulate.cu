@@ -234,7 +234,7 @@ __device__ void accumulate_group(const CudaProblem& p, const Table& t, const dou
 
 template <int KT, typename Real>
 __global__ void accumulate_kernel(CudaProblem p, Table t, Reduction red, Results out) {
-  extern __shared__ double shared[];
+  DARA_DYNAMIC_SHARED(double, shared);
   const AccumulatorLayout L{p.K, p.C};
   const int M = L.size(), E = L.extrema_size();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -265,7 +265,7 @@ __global__ void accumulate_kernel(CudaProblem p, Table t, Reduction red, Results
     red.partial_extrema[static_cast<int64_t>(blockIdx.x) * E + i] = m;
   }
   __threadfence();
-  __shared__ bool last_block;
+  DARA_BLOCK_SHARED(bool, last_block);
   if (threadIdx.x == 0) last_block = atomicAdd(red.counter, 1u) == gridDim.x - 1;
   __syncthreads();
   if (!last_block) return;
@@ -314,8 +314,8 @@ cudaError_t launch_accumulate(const CudaProblem& p, const Table& t, const Reduct
     status = cudaFuncSetAttribute(accumulate_kernel<KT, Real>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(shared));
     if (status != cudaSuccess) return;
-    accumulate_kernel<KT, Real><<<blocks, kWarpsPerBlock * 32, shared, stream>>>(p, t, r, out);
-    status = cudaGetLastError();
+    status = launch_kernel("accumulate_kernel", accumulate_kernel<KT, Real>, blocks, kWarpsPerBlock * 32, shared,
+                           stream, p, t, r, out);
   });
   return status;
 }

@@ -87,8 +87,8 @@ cudaError_t launch_apply(const CudaProblem& p, const Table& t, const double* aff
   dispatch_rows(p, [&](auto kt, auto real) {
     constexpr int KT = decltype(kt)::value;
     using Real = decltype(real);
-    apply_kernel<KT, Real><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(p, t, affine, out);
-    status = cudaGetLastError();
+    status = launch_kernel("apply_kernel", apply_kernel<KT, Real>, blocks, kWarpsPerBlock * 32, 0, stream, p, t, affine,
+                           out);
   });
   return status;
 }

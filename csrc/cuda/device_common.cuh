@@ -1,6 +1,6 @@
-// Device helpers: typed loads, warp reductions with one fixed order (lane 0
-// holds the result, then broadcasts it), and the dispatch on K and on the
-// row type.
+// Device helpers: the one kernel launch, typed loads, warp reductions with
+// one fixed order (lane 0 holds the result, then broadcasts it), and the
+// dispatch on K and on the row type.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,6 +14,28 @@
 
 namespace dara {
 namespace cuda {
+
+// Kernel launches and block-shared declarations go through these so that the
+// tests' CPU emulation (tests/cuda_emulation), which compiles these same files
+// with g++, can run them; under nvcc they are the plain launch and declarations.
+#if defined(__CUDACC__)
+#define DARA_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#define DARA_BLOCK_SHARED(type, name) __shared__ type name
+#elif !defined(DARA_CUDA_EMULATION)
+#error "csrc/cuda's kernels compile with nvcc, or with g++ under the tests' emulation (tests/cuda_emulation)"
+#endif
+
+// `name` names the kernel in the emulation's errors.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel([[maybe_unused]] const char* name, void (*kernel)(Params...), dim3 grid, dim3 block,
+                          size_t shared_bytes, cudaStream_t stream, const Args&... args) {
+#if defined(__CUDACC__)
+  kernel<<<grid, block, shared_bytes, stream>>>(args...);
+#else
+  dara_emulation::launch(name, kernel, grid, block, shared_bytes, stream, args...);
+#endif
+  return cudaGetLastError();
+}
 
 template <int KT>
 constexpr int cuda_rewards() {

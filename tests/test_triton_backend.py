@@ -81,11 +81,13 @@ def test_batch_without_spread():
 
 # The interpreter's numpy warns on the arithmetic with Inf; the counts are what is checked.
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("gates", [None, {2: 1}], ids=["ungated", "inf-under-a-failing-gate"])
 @pytest.mark.parametrize("policy, missing", [("ignore", 3), ("zero", 0)])
-def test_accumulate_counts_bad_rewards(policy, missing):
+def test_accumulate_counts_bad_rewards(policy, missing, gates):
     """Distributed mode's check: accumulate counts +-Inf entries and the NaN
     entries that do not count into their slots, summed over its programs, so
-    every rank raises the same error after the all-reduce."""
+    every rank raises the same error after the all-reduce; an infinite
+    reward under a failing gate is still infinite (docs/spec.md#reward-gates)."""
     from dara_kernels.distributed import raise_on_bad_input
     from dara_kernels.options import resolve_options
     from dara_kernels.triton.fused import fused_advantage_triton
@@ -95,10 +97,17 @@ def test_accumulate_counts_bad_rewards(policy, missing):
     rewards = make_case(9, "fixed", 3, nan_fraction=0.0, shape=(32, 4)).rewards
     rewards[[1, 30], [0, 2]] = torch.tensor([float("inf"), float("-inf")])
     rewards[[2, 2, 17], [0, 1, 2]] = float("nan")
-    opts = resolve_options("dara", None, nan_policy=policy)
+    if gates:
+        # Reward 2 counts only where reward 1 passes: row 30's Inf under a failing gate; row 2's missing gate
+        # makes its reward 2 missing too (under "ignore"; under "zero" the missing gate is a failing one).
+        rewards[:, 1] = 1.0
+        rewards[2, 1], rewards[30, 1] = float("nan"), 0.0
+        missing += policy == "ignore"
+    opts = resolve_options("dara", None, nan_policy=policy, reward_gates=gates)
     inputs = prepare_inputs(rewards.to(DEVICE), group_size=4, group_index=None, reward_weights=None,
                             response_mask=None, response_lengths=None, reward_bounds=None, nan_policy=policy,
-                            batch_norm=opts.batch_norm, validate=True, value_checks="reduced")
+                            batch_norm=opts.batch_norm, validate=True, value_checks="reduced",
+                            reward_gates=opts.reward_gates)
     seen = {}
 
     def keep(acc, ext):

@@ -9,7 +9,7 @@ import torch
 
 import dara_kernels as dk
 from dara_kernels.integrations import patching
-from dara_kernels.integrations.core import KEYWORDS, advantages, configure, estimator_run
+from dara_kernels.integrations.core import KEYWORDS, Honoured, advantages, configure, estimator_run
 from dara_kernels.integrations.groups import Sampling, decide
 from dara_kernels.wire import OPTION_NAMES
 
@@ -88,6 +88,40 @@ def test_decision_by_criterion_and_singleton_rule(criterion, singletons, kept):
     assert signal.keep_rows(singletons).tolist() == [kept[g] for g in signal.group_of_row.tolist()]
 
 
+def test_the_sum_criterion_decides_on_the_weighted_sum():
+    """The advantages weight the rewards; so does the filter: accuracy and format trade off at a constant
+    1 * accuracy + 0.5 * format (the unweighted sum varies), so `sum` drops the group, `any` keeps it."""
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 0.0], [0.0, 2.0], [1.0, 0.0], [0.0, 0.0]])
+    uids = ["trade", "trade", "trade", "trade", "varies", "varies"]
+    settings = configure("gdpo", {}, "here")
+    assert decide(settings, rewards, uids, "sum", [1.0, 0.5]).signal.tolist() == [False, True]
+    assert decide(settings, rewards, uids, "sum").signal.tolist() == [True, True]
+    assert decide(settings, rewards, uids, "any", [1.0, 0.5]).signal.tolist() == [True, True]
+
+
+@pytest.mark.parametrize("options", [{"preset": "verl"}, {"batch_norm": "token"}])
+def test_a_filter_decides_under_token_normalisation(options):
+    """A filter has no response mask; under batch_norm="token" (preset="verl", verl's and the authors' setup)
+    its call still needs token weights, which do not change the flags."""
+    rewards, uids = groups_batch()
+    token = decide(configure("dara", options, "here"), rewards, uids, "any")
+    assert token.signal.tolist() == decide(configure("dara", {}, "here"), rewards, uids, "any").signal.tolist()
+
+
+def test_framework_settings_join_the_options():
+    """The keywords, lowest first: the framework's defaults (dropped for a preset of the user's), its honoured
+    settings, the user's options; a setting away from its default and an option that says otherwise stop."""
+    honoured = [Honoured("cfg.norm", False, {"scale_by_std": False}, default=False)]
+    s = configure("grpo", {"eps": 1e-3}, "opts", defaults={"eps": 1e-4, "batch_norm": "none"}, honoured=honoured)
+    assert s.options == {"eps": 1e-3, "batch_norm": "none", "scale_by_std": False}
+    s = configure("grpo", {"preset": "verl"}, "opts", defaults={"eps": 1e-4}, honoured=honoured)
+    assert s.options == {"preset": "verl", "scale_by_std": False}
+    with pytest.raises(ValueError, match=r"^cfg\.norm=False means scale_by_std=False, but opts sets scale_by_std=True"):
+        configure("grpo", {"scale_by_std": True}, "opts", honoured=honoured)
+    at_default = [Honoured("cfg.norm", True, {"scale_by_std": True}, default=True)]
+    assert configure("grpo", {"scale_by_std": False}, "opts", honoured=at_default).options["scale_by_std"] is False
+
+
 def test_decision_reads_the_settings():
     rewards = torch.tensor([[0.5], [0.501], [0.5], [0.501]])
     uids = ["a", "a", "b", "b"]
@@ -130,6 +164,8 @@ def test_patch_helper_installs_once_and_uninstalls():
     assert module.f(3) == 7 and Child().method(1) == 20 and Base().method(1) == 2
     assert patching.is_patched(module, "f") and patching.is_patched(Child, "method")
     patching.uninstall(patches)
+    assert module.f is original_f and "method" not in vars(Child) and Child().method(1) == 2
+    patching.uninstall(patches)  # idempotent: nothing installed, nothing to put back
     assert module.f is original_f and "method" not in vars(Child) and Child().method(1) == 2
     with patching.patched(patches[:1]):
         assert module.f(3) == 7

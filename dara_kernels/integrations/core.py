@@ -30,12 +30,34 @@ class Settings:
     where: str
 
 
+@dataclass(frozen=True)
+class Honoured:
+    """A framework setting that changes the advantages, as the drop-in honours it: the setting's name as the user
+    writes it, its value, the op's keywords it maps to, and whether the value is the framework's default."""
+    setting: str
+    value: Any
+    options: Mapping[str, Any]
+    default: bool
+
+
+def refuse(setting: str, value: Any, why: str, instead: str) -> ValueError:
+    """The error for a framework setting's value that the op cannot express: the setting, the value, why, and
+    what to use instead."""
+    return ValueError(f"{setting}={value!r} {why}: {instead}")
+
+
 def configure(method: str, options: Mapping, where: str, defaults: Optional[Mapping] = None,
-              methods: Iterable[str] = dk.METHODS) -> Settings:
+              methods: Iterable[str] = dk.METHODS, honoured: Iterable[Honoured] = (),
+              base: Optional[Mapping] = None) -> Settings:
     """The settings, after the op's own checks (an unknown or reserved keyword, a method-specific option for
     another method, a bad value), so that a mistake stops the launch rather than the first step. `where` names
-    the framework's setting in every error; `defaults` are the framework's values, which the user's override;
-    `methods` the methods the caller runs."""
+    the user's options in every error; `methods` the methods the caller runs.
+
+    The keywords, lowest first: `base` (what the trainer's data gives, such as the columns' reward_names),
+    `defaults` (what reproduces the framework's own estimator: dropped whole when the
+    user's options name a preset, which then stands for them), the keywords of the framework's `honoured` settings,
+    then the user's `options`. A framework setting at a value other than its default and a user option that says
+    otherwise for the same keyword stop here, both named."""
     options = dict(options)
     reserved = RESERVED & set(options)
     if reserved:
@@ -46,7 +68,14 @@ def configure(method: str, options: Mapping, where: str, defaults: Optional[Mapp
     methods = tuple(methods)
     if method not in methods:
         raise ValueError(f"{where}: method {method!r} is not one of {', '.join(methods)}")
-    options = {**(defaults or {}), **options}
+    merged = {**(base or {}), **({} if "preset" in options else (defaults or {}))}
+    for setting in honoured:
+        for key, value in setting.options.items():
+            if not setting.default and key in options and options[key] != value:
+                raise ValueError(f"{setting.setting}={setting.value!r} means {key}={value!r}, but {where} sets "
+                                 f"{key}={options[key]!r}: set one of them")
+        merged.update(setting.options)
+    options = {**merged, **options}
     try:
         dk.resolve_options(method, options.get("preset"), **{k: v for k, v in options.items() if k in _RESOLVED})
     except (TypeError, ValueError) as err:
@@ -66,22 +95,29 @@ class Run:
     weights: Optional[list]
 
 
+def estimator_method(estimator: str, options: Mapping, where: str) -> str:
+    """The op's method an estimator of ESTIMATORS runs with the user's `options` (set at `where`)."""
+    if estimator == "gdpo_fused" and "method" in options:
+        raise ValueError(f"{where}.method is for the dara estimator; gdpo_fused is GDPO")
+    return "gdpo" if estimator == "gdpo_fused" else options.get("method", "dara")
+
+
 def estimator_run(estimator: str, options: Mapping, keys, weights, where: str, keys_setting: str,
-                  defaults: Optional[Mapping] = None, keys_hint: str = "") -> Run:
+                  defaults: Optional[Mapping] = None, keys_hint: str = "", honoured: Iterable[Honoured] = ()) -> Run:
     """The settings of `estimator` (ESTIMATORS) with the user's `options` (set at `where`) on the components
-    named by `keys` (set at `keys_setting`), weighted by `weights` (one per key, or None). The keys are the
-    columns' reward_names unless the options name them."""
+    named by `keys` (set at `keys_setting`), weighted by `weights` (one per key, or None); `defaults` and
+    `honoured` as for `configure`. The keys are the columns' reward_names unless the options name them."""
     if not keys:
         raise ValueError(f"{' / '.join(ESTIMATORS)} need {keys_setting}: the reward components{keys_hint}")
     if weights is not None and len(weights) != len(keys):
         raise ValueError(f"{len(weights)} reward weights for the {len(keys)} {keys_setting}")
     options = dict(options)
-    if estimator == "gdpo_fused" and "method" in options:
-        raise ValueError(f"{where}.method is for the dara estimator; gdpo_fused is GDPO")
-    method = "gdpo" if estimator == "gdpo_fused" else options.pop("method", "dara")
+    method = estimator_method(estimator, options, where)
+    options.pop("method", None)
     # The components' names name the columns, so that reward_gates can gate by them.
-    defaults = {"reward_names": tuple(str(key) for key in keys), **(defaults or {})}
-    return Run(configure(method, options, where, defaults), list(keys), None if weights is None else list(weights))
+    settings = configure(method, options, where, defaults, honoured=honoured,
+                         base={"reward_names": tuple(str(key) for key in keys)})
+    return Run(settings, list(keys), None if weights is None else list(weights))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from skyrl.train.entrypoints.main_base import BasePPOExp
 from skyrl.train.trainer import RayPPOTrainer
 
 from . import patching
-from .core import ESTIMATORS, Run, advantages, diagnostics, estimator_run
+from .core import ESTIMATORS, Honoured, Run, advantages, diagnostics, estimator_run, refuse
 from .groups import Sampling, check_criterion, decide, group_ids
 
 DYNAMIC_SAMPLING = "dara/sampling/"
@@ -58,16 +58,27 @@ class _Settings:
     criterion: str
 
 
+# SkyRL's grpo statistics (torch.std + 1e-6, the op's defaults) and its rule for a group of one response (mean 0,
+# std 1: verl's); SkyRL has no per-reward estimator, so the other methods keep the op's batch normalisation.
+DEFAULTS = {"singleton": "verl"}
+
+
 def settings(algorithm) -> _Settings:
-    """The estimators' and filters' settings from trainer.algorithm, checked (raises ValueError with the fix)."""
+    """The estimators' and filters' settings from trainer.algorithm, checked (raises ValueError with the fix); the
+    trainer.algorithm settings that change the advantages are honoured or refused by name."""
     if algorithm.zero_variance_filter and algorithm.zero_variance_filter_tol != _SKYRL_TOL:
-        raise ValueError(f"trainer.algorithm.zero_variance_filter_tol={algorithm.zero_variance_filter_tol} does not "
-                         "reach DaraRayPPOTrainer's zero-variance filter, which decides with the op's tolerance: set "
-                         f"{WHERE}.active_tol (the advantages use it too)")
-    # SkyRL hands every estimator its grpo_norm_by_std: a default here, so that the filters read the same settings.
+        raise refuse("trainer.algorithm.zero_variance_filter_tol", algorithm.zero_variance_filter_tol,
+                     "does not reach DaraRayPPOTrainer's zero-variance filter, which decides with the op's tolerance",
+                     f"set {WHERE}.active_tol (the advantages use it too)")
+    if algorithm.use_kl_in_reward and algorithm.advantage_estimator in ESTIMATORS:
+        raise refuse("trainer.algorithm.use_kl_in_reward", True, "subtracts a KL term from the summed reward, "
+                     "which the reward components do not carry", "use use_kl_loss")
+    # SkyRL hands every estimator its grpo_norm_by_std; the filters read the same settings.
+    norm = bool(algorithm.grpo_norm_by_std)
+    honoured = [Honoured("trainer.algorithm.grpo_norm_by_std", norm, {"scale_by_std": norm}, norm)]
     run = estimator_run(algorithm.advantage_estimator, algorithm.dara_options or {},
                         getattr(algorithm, "dara_reward_keys", None), algorithm.dara_reward_weights, WHERE,
-                        "trainer.algorithm.dara_reward_keys", defaults={"scale_by_std": algorithm.grpo_norm_by_std},
+                        "trainer.algorithm.dara_reward_keys", defaults=DEFAULTS, honoured=honoured,
                         keys_hint=" (keys of each response's env_metrics), in a DaraSkyRLConfig "
                         "(trainer.override_entrypoint=dara_kernels.integrations.skyrl)")
     return _Settings(run, check_criterion(algorithm.dara_signal, "trainer.algorithm.dara_signal"))
@@ -161,9 +172,6 @@ class DaraRayPPOTrainer(RayPPOTrainer):
         self._dara = settings(algorithm)  # fail before the models are built
         if cfg.generator.step_wise_trajectories:
             raise ValueError("DaraRayPPOTrainer does not cover generator.step_wise_trajectories")
-        if algorithm.use_kl_in_reward and algorithm.advantage_estimator in ESTIMATORS:
-            raise ValueError("use_kl_in_reward subtracts a KL term from the summed reward, which the reward "
-                             "components do not carry: use use_kl_loss")
         self._dara_components: Optional[torch.Tensor] = None
         self._dara_sampling = Sampling(self._dara.criterion)
 

@@ -23,7 +23,7 @@ import torch
 import dara_kernels as dk
 
 from . import patching
-from .core import advantages, diagnostics, with_extra_metrics
+from .core import Honoured, advantages, diagnostics, refuse, with_extra_metrics
 from .core import configure as configure_settings
 from .groups import Sampling, check_criterion, decide
 
@@ -42,12 +42,58 @@ _SETTINGS: dict = {}
 _RECORDS: contextvars.ContextVar = contextvars.ContextVar("dara_swift_records", default=None)
 
 
+# ms-swift's grpo (rl_core.advantage.compute_advantages): the weighted nansum (a reward a function could not
+# score counts 0), the group's torch.std + 1e-4, no batch normalisation; every other method is normalised as
+# its --scale_rewards gdpo (nanstd + 1e-8 per reward, then the batch's std + 1e-8).
+GRPO_DEFAULTS = {"eps": 1e-4, "nan_policy": "zero"}
+DEFAULTS = {"eps": 1e-8, "bn_eps": 1e-8}
+SCALE_REWARDS = "--scale_rewards"
+
+
+def settings(method: str, options: dict, where: str, advantage_estimator: str = "grpo",
+             scale_rewards: str = "group", kl_in_reward: bool = False, beta: float = 0.0):
+    """The settings of the method and options under ms-swift's own (the trainer's attributes of the same
+    names), each honoured or refused by name."""
+    if advantage_estimator != "grpo":
+        raise refuse("--advantage_estimator", advantage_estimator, f"is ms-swift's own estimator; with "
+                     f"dara_kernels.integrations.swift the advantages are the fused op's {method!r}",
+                     "drop the plugin for ms-swift's own estimators, or use --advantage_estimator grpo")
+    if kl_in_reward and beta != 0.0:
+        raise refuse("--kl_in_reward", True, "subtracts a KL term from the summed reward, which the fused op does "
+                     "not take", "use ms-swift's KL loss (--beta without --kl_in_reward)")
+    if scale_rewards == "batch":
+        raise refuse(SCALE_REWARDS, scale_rewards, "divides by the standard deviation of the summed reward over the "
+                     "batch, which the fused op does not compute", "use group or none (DARA_SWIFT_METHOD=grpo), or "
+                     "gdpo")
+    if method == "grpo" and scale_rewards == "gdpo":
+        raise ValueError(f"{SCALE_REWARDS} gdpo normalises each reward before summing, {METHOD_ENV}=grpo sums them "
+                         f"first: set {METHOD_ENV}=gdpo, or {SCALE_REWARDS} group or none")
+    if method != "grpo" and scale_rewards == "none":
+        raise refuse(SCALE_REWARDS, scale_rewards, f"leaves ms-swift's summed reward unscaled, which method "
+                     f"{method!r} does not run", "use group or gdpo; for per-reward advantages without the standard "
+                     f"deviation set {OPTIONS_ENV}='{{\"scale_by_std\": false}}'")
+    default = scale_rewards == "group"
+    if method == "grpo":
+        honoured = [Honoured(SCALE_REWARDS, scale_rewards, {"scale_by_std": scale_rewards == "group"}, default)]
+    else:  # group (ms-swift's default) and gdpo both mean each reward's group std, gdpo's normalisation
+        honoured = [Honoured(SCALE_REWARDS, scale_rewards, {}, default)]
+    return configure_settings(method, options, where, GRPO_DEFAULTS if method == "grpo" else DEFAULTS,
+                              honoured=honoured)
+
+
 def configure(method: str = "dara", signal: str = "any", where: str = "dara_kernels.integrations.swift.install",
               **options) -> None:
-    """The fused_advantage method and keywords, and the dynamic-sampling criterion, checked now rather than
-    at the first step."""
-    _SETTINGS.update(settings=configure_settings(method, options, where),
+    """The fused_advantage method and keywords, and the dynamic-sampling criterion, checked now (under ms-swift's
+    defaults; its own settings are checked when a trainer reads them) rather than at the first step."""
+    _SETTINGS.update(method=method, options=dict(options), where=where, settings=settings(method, options, where),
                      criterion=check_criterion(signal, f"{where} signal"))
+
+
+def run_settings(advantage_estimator: str = "grpo", scale_rewards: str = "group", kl_in_reward: bool = False,
+                 beta: float = 0.0):
+    """The configured method and options under a trainer's ms-swift settings."""
+    return settings(_SETTINGS["method"], _SETTINGS["options"], _SETTINGS["where"], advantage_estimator,
+                    scale_rewards, kl_in_reward, beta)
 
 
 def _configure_from_environment() -> None:
@@ -66,16 +112,9 @@ def compute_advantages(rewards_per_func: torch.Tensor, reward_weights: torch.Ten
                        advantage_estimator: str = "grpo", scale_rewards: str = "group", kl_in_reward: bool = False,
                        beta: float = 0.0, kl_values: Optional[torch.Tensor] = None):
     """ms-swift's compute_advantages, computed by the fused op: (advantages [N], weighted rewards [N]).
-    The method's own normalisation replaces `scale_rewards`; ms-swift's other estimators and a KL term in the
-    reward have no equivalent in the op and stop here."""
-    settings = _SETTINGS["settings"]
-    if advantage_estimator != "grpo":
-        raise ValueError(f"--advantage_estimator {advantage_estimator}: with dara_kernels.integrations.swift the "
-                         f"advantages are the fused op's {settings.method!r}; drop the plugin for ms-swift's "
-                         "own estimators")
-    if kl_in_reward and beta != 0.0:
-        raise ValueError("--kl_in_reward subtracts a KL term from the summed reward, which the fused op does not "
-                         "take: use ms-swift's KL loss (--beta without --kl_in_reward)")
+    `scale_rewards` is honoured or refused (`settings`); ms-swift's other estimators and a KL term in the reward
+    have no equivalent in the op and stop here."""
+    settings = run_settings(advantage_estimator, scale_rewards, kl_in_reward, beta)
     if rewards_per_func.shape[1] == 0:
         raise ValueError("the fused op needs --reward_funcs (rewards_per_func has no column)")
     out = advantages(settings, rewards_per_func.float(), group_size=num_generations,
@@ -167,6 +206,17 @@ def _unsupported(what: str) -> Callable:
     return make
 
 
+def _checked(original: Callable) -> Callable:
+    """A trainer method that reads ms-swift's advantage settings, followed by their check: a value the op cannot
+    express stops the trainer's construction, before any rollout."""
+    def method(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        run_settings(self.advantage_estimator, self.scale_rewards, self.kl_in_reward, getattr(self, "beta", 0.0))
+        return result
+
+    return method
+
+
 def _replacement(function: Callable) -> Callable:
     return lambda original: function
 
@@ -191,7 +241,8 @@ def patches() -> dict:
                        _unsupported("request-aware (multi-turn) grouping (compute_advantages_dynamic)")),
         patching.Patch(hf.GRPOTrainer, "_compute_advantages", _recording(_log_into(lambda t: t.model.training))),
         patching.Patch(hf.GRPOTrainer, "_dynamic_sampling", _recording(_log_into(lambda t: True))),
-        patching.Patch(hf.GRPOTrainer, "compute_std", _replacement(_hf_compute_std))]
+        patching.Patch(hf.GRPOTrainer, "compute_std", _replacement(_hf_compute_std)),
+        patching.Patch(hf.GRPOTrainer, "_prepare_algorithm_params", _checked)]
     megatron = _import(_MEGATRON)
     if megatron is not None:
         found[_MEGATRON] = [
@@ -208,6 +259,7 @@ def patches() -> dict:
             patching.Patch(driver, "compute_std_for_dynamic_sampling", _replacement(dynamic_sample_signal)),
             patching.Patch(driver.GRPOTrainer, "compute_advantages", _recording(_hold_for_log)),
             patching.Patch(driver.GRPOTrainer, "_dynamic_sampling", _recording(_hold_for_log)),
+            patching.Patch(driver.GRPOTrainer, "_prepare_state", _checked),
             patching.Patch(driver.GRPOTrainer, "_build_grpo_log_metrics", lambda original: with_extra_metrics(
                 original, lambda self, *_: self.__dict__.pop("_dara_metrics", {})))]
     return found

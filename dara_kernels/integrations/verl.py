@@ -24,7 +24,7 @@ from verl.trainer.ppo import core_algos, ray_trainer
 
 from . import patching
 from .core import ESTIMATORS as ESTIMATOR_NAMES
-from .core import Run, advantages, diagnostics, estimator_run, with_extra_metrics
+from .core import Honoured, Run, advantages, diagnostics, estimator_method, estimator_run, refuse, with_extra_metrics
 from .groups import group_ids
 from .verl_dapo import SIGNAL_METRICS, sampling_metrics
 from .verl_dapo import patches as filter_patches
@@ -42,12 +42,28 @@ def configure(**options) -> None:
     _DEFAULT_OPTIONS.update(options)
 
 
+# verl's group statistics (torch.std + 1e-6, a group of one: mean 0, std 1) and, for every estimator but grpo,
+# gdpo's masked whitening; verl's grpo (compute_grpo_outcome_advantage) stops at the group normalisation.
+DEFAULTS = {"preset": "verl"}
+GRPO_DEFAULTS = {"preset": "verl", "batch_norm": "none"}
+
+
 def run_settings(algorithm, estimator: str) -> Run:
-    """The settings of `estimator` from verl's algorithm config, checked: raises ValueError naming the setting."""
+    """The settings of `estimator` from verl's algorithm config, checked: raises ValueError naming the setting.
+    verl's algorithm settings that change the advantages are honoured or refused by name."""
     options = {**_DEFAULT_OPTIONS, **dict(algorithm.get("dara_options", None) or {})}
+    if estimator in ESTIMATOR_NAMES and algorithm.get("use_kl_in_reward", False):
+        raise refuse("algorithm.use_kl_in_reward", True, "subtracts a KL term from token_level_rewards, which the "
+                     f"reward components that {estimator} reads do not carry (verl's own gdpo ignores it too)",
+                     "use the KL loss (actor_rollout_ref.actor.use_kl_loss=true) instead")
+    norm = algorithm.get("norm_adv_by_std_in_grpo", True)
+    # verl's dispatcher hands the flag to its grpo only; its gdpo function takes it too: both meanings are the op's.
+    honoured = [Honoured("algorithm.norm_adv_by_std_in_grpo", norm, {"scale_by_std": bool(norm)}, bool(norm))]
+    method = estimator_method(estimator, options, WHERE)
     return estimator_run(estimator, options, algorithm.get("gdpo_reward_keys", None),
                          algorithm.get("gdpo_reward_weights", None), WHERE, "algorithm.gdpo_reward_keys",
-                         defaults={"preset": "verl"}, keys_hint=" in compute_score's dict")
+                         defaults=GRPO_DEFAULTS if method == "grpo" else DEFAULTS,
+                         keys_hint=" in compute_score's dict", honoured=honoured)
 
 
 def check_at_launch(algorithm) -> Optional[Run]:

@@ -88,7 +88,7 @@ def test_gdpo_fused_through_compute_advantages_and_returns_with_padding(seed):
     real = len(uids)
     expected = dk.fused_advantage(torch.tensor(components, dtype=torch.float32), method="gdpo",
                                   group_index=dara_skyrl.group_ids(uids), reward_weights=WEIGHTS,
-                                  response_mask=data["response_mask"][:real])
+                                  response_mask=data["response_mask"][:real], **dara_skyrl.DEFAULTS)
     assert torch.equal(data["advantages"][:real], expected.token_advantages)
     assert data["advantages"][real:].abs().max() == 0, "padding rows got advantages"
     assert torch.equal(data["returns"], data["advantages"])
@@ -110,11 +110,11 @@ def test_padding_rows_are_left_out_of_the_densities():
 
 
 def test_one_component_grpo_equals_skyrl_grpo():
-    """The dara estimator with method grpo and verl's singleton rule (SkyRL's: mean 0, std 1) on one
-    component, against SkyRL's own grpo estimator on the same scalar reward, both through
+    """The dara estimator with method grpo and no other option (SkyRL's rule for a group of one, mean 0 and std 1,
+    is the default) on one component, against SkyRL's own grpo estimator on the same scalar reward, both through
     compute_advantages_and_returns (real rows: SkyRL's gives its pad rows, singletons of their own, r / (1 + eps))."""
     output, uids, components = random_batch(2)
-    ours = advantage_step(trainer(config("dara", {"method": "grpo", "singleton": "verl"}, keys=["length"],
+    ours = advantage_step(trainer(config("dara", {"method": "grpo"}, keys=["length"],
                                          weights=None)), output, uids)
     output["rewards"] = [m["length"] for m in output["env_metrics"]]
     theirs = advantage_step(trainer(config("grpo", keys=["length"], weights=None), cls=RayPPOTrainer),
@@ -134,7 +134,7 @@ def test_options_reach_the_op(options, method):
     rest = {k: v for k, v in options.items() if k != "method"}
     expected = dk.fused_advantage(torch.tensor(components, dtype=torch.float32), method=method,
                                   group_index=dara_skyrl.group_ids(uids), reward_weights=WEIGHTS,
-                                  response_mask=data["response_mask"][:len(uids)], **rest)
+                                  response_mask=data["response_mask"][:len(uids)], **dara_skyrl.DEFAULTS, **rest)
     assert torch.equal(data["advantages"][:len(uids)], expected.token_advantages)
 
 
@@ -147,7 +147,8 @@ def test_config_route():
     assert algorithm.dara_reward_keys == ["accuracy", "format"] and algorithm.dara_reward_weights == [1.0, 0.5]
     assert dict(algorithm.dara_options) == {"alpha": 0.25, "calibration": "symmetric"}
     assert dara_skyrl.settings(algorithm).run.settings.options == {
-        "reward_names": ("accuracy", "format"), "scale_by_std": True, "alpha": 0.25, "calibration": "symmetric"}
+        "reward_names": ("accuracy", "format"), "singleton": "verl", "scale_by_std": True, "alpha": 0.25,
+        "calibration": "symmetric"}
     with pytest.raises(ValueError, match="Invalid fields"):
         SkyRLTrainConfig.from_cli_overrides(["trainer.algorithm.dara_reward_keys=[accuracy]"])
     for name in dara_skyrl.ESTIMATORS:
@@ -253,8 +254,39 @@ def test_every_method_through_dara_options(method):
     data = advantage_step(trainer(config("dara", {"method": method})), output, uids)
     expected = dk.fused_advantage(torch.tensor(components, dtype=torch.float32), method=method,
                                   group_index=dara_skyrl.group_ids(uids), reward_weights=WEIGHTS,
-                                  response_mask=data["response_mask"][:len(uids)])
+                                  response_mask=data["response_mask"][:len(uids)], **dara_skyrl.DEFAULTS)
     assert torch.equal(data["advantages"][:len(uids)], expected.token_advantages)
+
+
+@pytest.mark.parametrize("method,settings,status", drift.setting_cases("skyrl"))
+def test_algorithm_settings_honoured_or_refused(method, settings, status):
+    """Every trainer.algorithm setting of drift.SETTINGS, through compute_advantages_and_returns: the dara
+    estimator with method grpo (no other option) equals SkyRL's own grpo on the weighted summed reward;
+    gdpo_fused, for which SkyRL has no estimator of its own, equals the op under the setting's mapping; or the
+    trainer's construction stops with the setting named."""
+    ours, theirs = drift.framework_settings("skyrl", method, settings, status)
+    algorithm = {k: v for k, v in ours.items() if k != "advantage_estimator"}
+    estimator, options = ("dara", {"method": "grpo"}) if method == "grpo" else ("gdpo_fused", {})
+
+    def cfg(name, opts):
+        return config(name, opts, keys=drift.KEYS, weights=drift.WEIGHTS, prompts=6, **algorithm)
+
+    if status == drift.REFUSED:
+        with pytest.raises(ValueError, match=drift.refusal(settings)):
+            trainer(cfg(estimator, options))
+        return
+    output, uids = drift_output(masked=False)
+    data = advantage_step(trainer(cfg(estimator, options), dp_size=1), output, uids)
+    got = data["advantages"]
+    if method == "grpo":
+        output, uids = drift_output(masked=False)  # its rewards: the weighted sums of the components
+        expected = advantage_step(trainer(cfg("grpo", {}), cls=RayPPOTrainer, dp_size=1), output, uids)["advantages"]
+    else:
+        expected = dk.fused_advantage(torch.tensor(drift.components()), method="gdpo", reward_weights=drift.WEIGHTS,
+                                      group_index=dara_skyrl.group_ids(uids), response_mask=data["response_mask"],
+                                      scale_by_std=settings.get("grpo_norm_by_std", True),
+                                      **dara_skyrl.DEFAULTS).token_advantages
+    drift.assert_same(got, expected, f"{method} under {ours} against {theirs or 'the op'}")
 
 
 def test_skyrl_tolerance_is_the_ops():
@@ -282,7 +314,7 @@ def test_drift_batch_through_advantages_and_both_filters(criterion):
 
     output, uids = drift_output(masked=False)
     data = advantage_step(trainer(cfg()), output, uids)
-    expected = drift.expected(response_mask=data["response_mask"][:len(uids)])
+    expected = drift.expected(response_mask=data["response_mask"][:len(uids)], **dara_skyrl.DEFAULTS)
     assert torch.equal(data["advantages"][:len(uids)], expected.token_advantages)
 
     output, uids = drift_output(masked=True)

@@ -48,7 +48,7 @@ class HFStandIn:
         self.num_generations = self.num_generations_eval = num_generations
         self.reward_weights = torch.tensor(weights)
         self.reward_func_names = NAMES
-        self.advantage_estimator, self.scale_rewards = "grpo", "gdpo"
+        self.advantage_estimator, self.scale_rewards = "grpo", "group"  # ms-swift's defaults
         self.kl_in_reward, self.beta = False, 0.0
         self.dynamic_num_samples = False
         self.max_resample_times = 3
@@ -86,9 +86,12 @@ def test_gdpo_equals_swift_scale_rewards_gdpo(seed, monkeypatch):
     assert torch.isnan(r).any()
     with monkeypatch.context() as m:
         m.setattr(hf, "compute_advantages", advantage.compute_advantages)
-        theirs = HFStandIn()._compute_advantages([], r, [])
-    dara_swift.configure("gdpo", eps=1e-8, bn_eps=1e-8)
+        swift_trainer = HFStandIn()
+        swift_trainer.scale_rewards = "gdpo"
+        theirs = swift_trainer._compute_advantages([], r, [])
+    dara_swift.configure("gdpo")  # ms-swift's 1e-8 by default
     trainer = HFStandIn()
+    trainer.scale_rewards = "gdpo"
     ours = trainer._compute_advantages([], r, [])
     err = (theirs - ours).abs().max().item()
     print(f"seed {seed}: largest difference {err:.2e}")
@@ -103,7 +106,8 @@ def test_dara_equals_op_and_logs_metrics(options):
     dara_swift.configure("dara", **options)
     trainer = HFStandIn()
     ours = trainer._compute_advantages([], r, [])
-    expected = dk.fused_advantage(r, group_size=G, method="dara", reward_weights=WEIGHTS, **options)
+    expected = dk.fused_advantage(r, group_size=G, method="dara", reward_weights=WEIGHTS, **dara_swift.DEFAULTS,
+                                  **options)
     assert torch.equal(ours, expected.advantages)
     logged = trainer._metrics["train"]
     for i, name in enumerate(NAMES):
@@ -117,7 +121,8 @@ def test_options_from_the_environment(monkeypatch):
     monkeypatch.setenv(dara_swift.OPTIONS_ENV, '{"calibration": "positive"}')
     dara_swift.install()
     r = rewards(3)
-    expected = dk.fused_advantage(r, group_size=G, method="static", reward_weights=WEIGHTS, calibration="positive")
+    expected = dk.fused_advantage(r, group_size=G, method="static", reward_weights=WEIGHTS, calibration="positive",
+                                  **dara_swift.DEFAULTS)
     assert torch.equal(HFStandIn()._compute_advantages([], r, []), expected.advantages)
 
 
@@ -138,7 +143,7 @@ def test_bad_environment_json(monkeypatch):
         dara_swift.install()
 
 
-@pytest.mark.parametrize("attribute,match", [("advantage_estimator", "advantage_estimator rloo"),
+@pytest.mark.parametrize("attribute,match", [("advantage_estimator", "advantage_estimator='rloo'"),
                                              ("dynamic_num_samples", "request-aware")])
 def test_what_the_op_does_not_take_stops(attribute, match):
     trainer = HFStandIn()
@@ -152,6 +157,34 @@ def test_kl_in_reward_stops():
     with pytest.raises(ValueError, match="kl_in_reward"):
         dara_swift.compute_advantages(rewards(0), WEIGHTS, G, kl_in_reward=True, beta=0.04,
                                       kl_values=torch.zeros(24))
+
+
+@pytest.mark.parametrize("method,settings,status", drift.setting_cases("swift"))
+def test_grpo_arguments_honoured_or_refused(method, settings, status, monkeypatch):
+    """Every ms-swift GRPO argument of drift.SETTINGS, through GRPOTrainer._compute_advantages with the trainer's
+    attributes of the same names: DARA_SWIFT_METHOD=grpo / gdpo (no options) equals ms-swift's own
+    compute_advantages under them; or the check that follows the trainer's _prepare_algorithm_params (where its
+    constructor reads the arguments) stops with the argument named."""
+    ours, theirs = drift.framework_settings("swift", method, settings, status)
+    r = torch.tensor(drift.components())
+
+    def trainer(values):
+        t = HFStandIn(weights=drift.WEIGHTS)
+        for name, value in values.items():
+            setattr(t, name, value)
+        return t
+
+    dara_swift.configure(method)
+    if status == drift.REFUSED:  # the check install() adds after the constructor's _prepare_algorithm_params
+        assert patching.is_patched(hf.GRPOTrainer, "_prepare_algorithm_params")
+        with pytest.raises(ValueError, match=drift.refusal(settings)):
+            dara_swift._checked(lambda self: None)(trainer(ours))
+        return
+    got = trainer(ours)._compute_advantages([], r, [])
+    with monkeypatch.context() as m:
+        m.setattr(hf, "compute_advantages", advantage.compute_advantages)
+        expected = trainer(theirs)._compute_advantages([], r, [])
+    drift.assert_same(got, expected, f"{method} under {ours} against ms-swift under {theirs}")
 
 
 def constant_sum_batch() -> torch.Tensor:
@@ -187,7 +220,8 @@ def test_every_method_through_the_method_setting(method, monkeypatch):
     monkeypatch.setenv(dara_swift.METHOD_ENV, method)
     dara_swift.install()
     r = rewards(6)
-    expected = dk.fused_advantage(r, group_size=G, method=method, reward_weights=WEIGHTS)
+    defaults = dara_swift.GRPO_DEFAULTS if method == "grpo" else dara_swift.DEFAULTS
+    expected = dk.fused_advantage(r, group_size=G, method=method, reward_weights=WEIGHTS, **defaults)
     trainer = HFStandIn()
     assert torch.equal(trainer._compute_advantages([], r, []), expected.advantages)
     assert trainer._metrics["train"]["dara/batch_std"] == [pytest.approx(float(expected.batch_std))]
@@ -202,7 +236,7 @@ def test_drift_batch_through_advantages_and_dynamic_sample(criterion, monkeypatc
     dara_swift.install()
     r = torch.tensor(drift.components())
     trainer = HFStandIn(weights=drift.WEIGHTS)
-    assert torch.equal(trainer._compute_advantages([], r, []), drift.expected().advantages)
+    assert torch.equal(trainer._compute_advantages([], r, []), drift.expected(**dara_swift.DEFAULTS).advantages)
     keep = trainer.compute_std([], r).view(-1, G)[:, 0] > 0
     assert {name for name, k in zip(drift.GROUPS, keep) if k} == drift.kept(criterion, False, masked=False)
 
@@ -224,7 +258,7 @@ class DriverStandIn:
         self.num_generations = G
         self.reward_weights = WEIGHTS
         self.reward_func_names = NAMES
-        self.advantage_estimator, self.scale_rewards = "grpo", "gdpo"
+        self.advantage_estimator, self.scale_rewards = "grpo", "group"
         self.kl_in_reward, self.beta = False, 0.0
         self.max_resample_times, self.truncation_strategy = 1, "raise"
         self._resample_iter = iter([["prompt"]])
@@ -255,7 +289,8 @@ def test_ray_driver_dynamic_sample_and_metrics(monkeypatch):
     kept, kept_rewards = trainer._dynamic_sampling(samples, r)
     assert kept == samples and torch.equal(kept_rewards, r)
     advantages, weighted = trainer.compute_advantages(rewards(5))
-    expected = dk.fused_advantage(rewards(5), group_size=G, method="dara", reward_weights=WEIGHTS)
+    expected = dk.fused_advantage(rewards(5), group_size=G, method="dara", reward_weights=WEIGHTS,
+                                  **dara_swift.DEFAULTS)
     assert torch.equal(advantages, expected.advantages)
     metrics = trainer._build_grpo_log_metrics(weighted, advantages, rewards(5))
     assert metrics["dara/sampling/reverse_conflict_rate"] == 0.5 and metrics["dara/sampling/rounds"] == 1

@@ -5,6 +5,7 @@ None from all three). Runs where TRL is installed (CI: the TRL virtual
 environment of .ci/run)."""
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,6 +17,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast 
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 import dara_kernels as dk  # noqa: E402
+from dara_kernels.integrations import trl as dara_trl  # noqa: E402
 from dara_kernels.integrations.trl import DaraGRPOTrainer  # noqa: E402
 
 CHARS = list("0123456789+=# abc")
@@ -86,9 +88,11 @@ def run(cls, tmp_path, **extra):
     return trainer
 
 
-def test_gdpo_trl_preset_equals_trl_normalize_then_sum(tmp_path):
+@pytest.mark.parametrize("options", [{}, {"preset": "trl"}], ids=["no-options", "preset-trl"])
+def test_gdpo_equals_trl_normalize_then_sum(tmp_path, options):
+    """advantage_method="gdpo" with no options is TRL's normalize_then_sum (the trl preset, the default here)."""
     theirs = run(RecordingTRL, tmp_path)
-    ours = run(RecordingDara, tmp_path, advantage_method="gdpo", advantage_options={"preset": "trl"})
+    ours = run(RecordingDara, tmp_path, advantage_method="gdpo", advantage_options=options)
     assert len(ours.records) >= 2
     compared = 0
     for a, b in zip(theirs.records, ours.records):
@@ -111,7 +115,7 @@ def test_dara_equals_op_and_logs_metrics(tmp_path, method, options):
     trainer = run(RecordingDara, tmp_path, advantage_method=method, advantage_options=options)
     for record in trainer.records:
         expected = dk.fused_advantage(record["rewards"], group_size=4, method=method,
-                                      reward_weights=trainer.reward_weights, **options)
+                                      reward_weights=trainer.reward_weights, preset="trl", **options)
         torch.testing.assert_close(record["advantages"], expected.advantages)
     logged = [h for h in trainer.state.log_history if "dara/density/has_marker" in h]
     assert logged and all(0.0 <= h["dara/density/has_marker"] <= 1.0 for h in logged)
@@ -131,7 +135,9 @@ def untrained(tmp_path, method, options=None, weights=None, funcs=(has_marker, d
 def test_every_method_through_advantage_method(tmp_path, method):
     trainer = untrained(tmp_path, method)
     rewards = torch.tensor(drift.components())
-    expected = dk.fused_advantage(rewards, group_size=4, method=method, reward_weights=trainer.reward_weights)
+    defaults = dara_trl.GRPO_DEFAULTS if method == "grpo" else dara_trl.DEFAULTS
+    expected = dk.fused_advantage(rewards, group_size=4, method=method, reward_weights=trainer.reward_weights,
+                                  **defaults)
     assert torch.equal(trainer.dara_advantages(rewards), expected.advantages)
     logged = trainer._metrics["train"]
     assert logged["dara/batch_std"] == [pytest.approx(float(expected.batch_std))]
@@ -142,7 +148,61 @@ def test_drift_batch_gives_the_ops_advantages(tmp_path):
     """drift's non-default active_tol and nan_policy reach the op (TRL has no group filter)."""
     trainer = untrained(tmp_path, "dara", drift.OPTIONS, drift.WEIGHTS)
     advantages = trainer.dara_advantages(torch.tensor(drift.components()))
-    assert torch.equal(advantages, drift.expected().advantages)
+    assert torch.equal(advantages, drift.expected(preset="trl").advantages)
+
+
+def drift_reward(column: int):
+    """A reward function that scores the completions of a generation batch of 24 (6 prompts x 4) with drift's
+    column, row by row (None where drift's entry is missing), whatever they say."""
+    values = drift.components()[:, column]
+
+    def reward(completions, **kwargs):
+        assert len(completions) == len(values)
+        return [None if np.isnan(v) else float(v) for v in values]
+
+    reward.__name__ = drift.KEYS[column]
+    return reward
+
+
+def drift_step(cls, tmp_path, settings: dict, **extra):
+    """The advantages of one real training step of `cls` whose three reward functions give drift's batch, under
+    the GRPOConfig `settings`."""
+    cls.records = []
+    args = GRPOConfig(output_dir=str(tmp_path / cls.__name__), per_device_train_batch_size=24, num_generations=4,
+                      max_completion_length=4, max_steps=1, learning_rate=1e-2, report_to="none", use_cpu=True,
+                      seed=0, save_strategy="no", bf16=False, reward_weights=drift.WEIGHTS, **settings)
+    trainer = cls(model=model(), processing_class=tokenizer(), reward_funcs=[drift_reward(k) for k in range(3)],
+                  args=args, train_dataset=Dataset.from_dict({"prompt": [f"{a}+1=" for a in range(6)]}), **extra)
+    trainer.train()
+    return trainer.records[0]["advantages"]
+
+
+@pytest.mark.parametrize("method,settings,status", drift.setting_cases("trl"))
+def test_grpo_config_settings_honoured_or_refused(tmp_path, method, settings, status):
+    """Every GRPOConfig setting of drift.SETTINGS: DaraGRPOTrainer(advantage_method=grpo / gdpo, no options) gives
+    TRL's own advantages under it, or stops at construction with the setting named."""
+    ours, theirs = drift.framework_settings("trl", method, settings, status)
+    if status == drift.REFUSED:
+        with pytest.raises(ValueError, match=drift.refusal(settings)):
+            untrained_with(tmp_path, method, ours)
+        return
+    expected = drift_step(RecordingTRL, tmp_path, theirs)
+    got = drift_step(RecordingDara, tmp_path, ours, advantage_method=method)
+    drift.assert_same(got, expected, f"{method} under {ours} against TRL under {theirs}")
+
+
+def untrained_with(tmp_path, method, settings, options=None):
+    args = GRPOConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8, report_to="none",
+                      use_cpu=True, **settings)
+    return DaraGRPOTrainer(model=model(), processing_class=tokenizer(), reward_funcs=[has_marker], args=args,
+                           train_dataset=Dataset.from_dict({"prompt": ["1+1="]}), advantage_method=method,
+                           advantage_options=options)
+
+
+def test_a_setting_and_an_option_that_disagree_stop(tmp_path):
+    with pytest.raises(ValueError, match=r"GRPOConfig\.scale_rewards='none' means scale_by_std=False, but "
+                                         r"advantage_options sets scale_by_std=True"):
+        untrained_with(tmp_path, "grpo", {"scale_rewards": "none"}, {"scale_by_std": True})
 
 
 def test_options_checked_before_the_model_loads(tmp_path):

@@ -132,8 +132,9 @@ def test_every_method_through_dara_options(method):
     batch = make_batch(5)
     data = ray_trainer.compute_advantage(copy.deepcopy(batch), adv_estimator="dara", config=config)
     rewards = torch.from_numpy(np.stack([batch.non_tensor_batch[k].astype(np.float32) for k in KEYS], 1))
+    defaults = dara_verl.GRPO_DEFAULTS if method == "grpo" else dara_verl.DEFAULTS
     direct = dk.fused_advantage(rewards, group_index=dara_verl.group_ids(batch.non_tensor_batch["uid"]),
-                                method=method, preset="verl", response_mask=batch.batch["response_mask"])
+                                method=method, response_mask=batch.batch["response_mask"], **defaults)
     assert torch.equal(data.batch["advantages"], direct.token_advantages)
 
 
@@ -165,6 +166,53 @@ def test_drift_batch_gives_the_ops_advantages(estimator, method):
     data = ray_trainer.compute_advantage(drift_batch(), adv_estimator=estimator, config=config)
     expected = drift.expected(method, preset="verl", response_mask=data.batch["response_mask"])
     assert torch.equal(data.batch["advantages"], expected.token_advantages)
+
+
+def settings_batch() -> DataProto:
+    """drift's batch (a missing entry scored 0: verl's rewards are never missing) with the weighted sum of the
+    components as the response's token-level reward on its last token, where verl's reward path puts it."""
+    data = drift_batch()
+    comps = drift.components(missing=0.0)
+    data.non_tensor_batch.update({k: comps[:, i] for i, k in enumerate(drift.KEYS)})
+    data.batch["token_level_rewards"][:, -1] = torch.from_numpy(comps @ np.array(drift.WEIGHTS, np.float32))
+    return data
+
+
+@pytest.mark.parametrize("method,settings,status", drift.setting_cases("verl"))
+def test_algorithm_settings_honoured_or_refused(method, settings, status):
+    """Every algorithm.* setting of drift.SETTINGS, through verl's dispatcher as verl's trainers call it (with
+    norm_adv_by_std_in_grpo): `dara` with method grpo equals verl's grpo, `gdpo_fused` verl's gdpo function
+    given the flag (verl's dispatcher hands it to grpo only), or the launch stops with the setting named."""
+    dara_verl.configure()
+    ours, theirs = drift.framework_settings("verl", method, settings, status)
+    estimator = "gdpo_fused" if method == "gdpo" else "dara"
+    config = AlgoConfig(gdpo_reward_keys=drift.KEYS, gdpo_reward_weights=drift.WEIGHTS, adv_estimator=estimator,
+                        **{k: v for k, v in ours.items() if k != "adv_estimator"})
+    config.dara_options = {} if method == "gdpo" else {"method": "grpo"}
+    if status == drift.REFUSED:
+        with pytest.raises(ValueError, match=drift.refusal(settings)):
+            dara_verl.check_at_launch(config)
+        return
+    norm = config.norm_adv_by_std_in_grpo
+    got = ray_trainer.compute_advantage(settings_batch(), adv_estimator=estimator, norm_adv_by_std_in_grpo=norm,
+                                        config=config).batch["advantages"]
+    data = settings_batch()
+    if theirs["adv_estimator"] == "grpo":
+        expected = ray_trainer.compute_advantage(data, adv_estimator="grpo", norm_adv_by_std_in_grpo=norm,
+                                                 config=config).batch["advantages"]
+    else:
+        expected, _ = verl.trainer.ppo.core_algos.compute_gdpo_outcome_advantage(
+            data.batch["token_level_rewards"], data.batch["response_mask"], data.non_tensor_batch["uid"],
+            norm_adv_by_std_in_grpo=norm, config=config, non_tensor_batch=data.non_tensor_batch, batch=data.batch)
+    drift.assert_same(got, expected, f"{method} under {ours} against verl's {theirs}")
+
+
+def test_a_setting_and_an_option_that_disagree_stop():
+    config = AlgoConfig(gdpo_reward_keys=KEYS, norm_adv_by_std_in_grpo=False, adv_estimator="dara")
+    config.dara_options = {"scale_by_std": True}
+    with pytest.raises(ValueError, match=r"algorithm\.norm_adv_by_std_in_grpo=False means scale_by_std=False, "
+                                         r"but algorithm\.dara_options sets scale_by_std=True"):
+        dara_verl.check_at_launch(config)
 
 
 @pytest.mark.parametrize("trainer_class", ["v1", "legacy"])

@@ -30,11 +30,21 @@ def _frozen(value):
     return tuple(value) if isinstance(value, list) else value
 
 
+def _types(value):
+    """The type of a value and of everything inside it."""
+    if isinstance(value, Mapping):
+        value = tuple(value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value), tuple(_types(v) for v in value)
+    return type(value)
+
+
 def _options(method, preset, **given) -> AdvantageOptions:
     """resolve_options, cached: a small batch would otherwise spend a quarter
-    of its call here. The key holds each value's type, so 1 and True (equal
-    as keys) are still checked separately."""
-    key = tuple((name, type(value), _frozen(value)) for name, value in given.items() if value is not None)
+    of its call here. The key holds the type of each value and of everything
+    inside it, so values equal as keys (1 and True, {0: 1} and {0.0: 1}) are
+    still checked separately."""
+    key = tuple((name, _types(value), _frozen(value)) for name, value in given.items() if value is not None)
     try:
         return _resolved(method, preset, key)
     except TypeError as err:

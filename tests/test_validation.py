@@ -69,6 +69,17 @@ def test_bad_input_raises(kwargs, error, needle, backend):
         assert torch.equal(kwargs[k], v) or (torch.isnan(v).any() and torch.equal(kwargs[k].isnan(), v.isnan()))
 
 
+@pytest.mark.parametrize("good,bad", [(dict(reward_gates={0: 1}), dict(reward_gates={0.0: 1})),
+                                      (dict(reward_gates={1: 0}), dict(reward_gates={True: 0})),
+                                      (dict(unbiased=True), dict(unbiased=1))])
+def test_a_checked_value_does_not_pass_a_bad_equal_one(good, bad):
+    """Options are resolved once per distinct set: a value equal as a key to one already resolved (0.0 and 0,
+    1 and True, also inside a mapping) is still checked."""
+    dk.fused_advantage(R, 2, backend="reference", **good)
+    with pytest.raises(TypeError):
+        dk.fused_advantage(R, 2, backend="reference", **bad)
+
+
 @pytest.mark.parametrize("backend", ["reference", "cpu"])
 def test_inputs_unchanged(backend):
     if backend == "cpu" and not dk.extension_available():

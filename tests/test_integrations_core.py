@@ -122,6 +122,24 @@ def test_framework_settings_join_the_options():
     assert configure("grpo", {"scale_by_std": False}, "opts", honoured=at_default).options["scale_by_std"] is False
 
 
+@pytest.mark.parametrize("norm", [True, False])
+def test_a_framework_setting_reaches_the_advantages(norm):
+    """verl's norm_adv_by_std_in_grpo and SkyRL's grpo_norm_by_std reach the op through estimator_run: the
+    advantages are the frameworks' own grpo by hand (the weighted sum less its group mean, over the group's
+    sample std + 1e-6 unless the setting is off), so a drop-in that ignored the setting fails here."""
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0], [0.0, 0.0],
+                            [1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    weights = [1.0, 0.5]
+    honoured = [Honoured("cfg.norm", norm, {"scale_by_std": norm}, default=norm)]
+    run = estimator_run("dara", {"method": "grpo"}, ["acc", "fmt"], weights, "cfg.opts", "keys",
+                        defaults={"batch_norm": "none"}, honoured=honoured)
+    got = advantages(run.settings, rewards, group_size=4, reward_weights=run.weights).advantages
+    summed = (rewards @ torch.tensor(weights)).view(2, 4)
+    centred = summed - summed.mean(dim=1, keepdim=True)
+    expected = centred / (summed.std(dim=1, keepdim=True) + 1e-6) if norm else centred
+    torch.testing.assert_close(got, expected.flatten())
+
+
 def test_decision_reads_the_settings():
     rewards = torch.tensor([[0.5], [0.501], [0.5], [0.501]])
     uids = ["a", "a", "b", "b"]

@@ -3,20 +3,17 @@ correctness per step with its quartiles over seeds, a correctness active nowhere
 active nowhere (ratio 0), the cap read from each arm's overrides and where it binds (within rounding, only
 while the reward is active), and the files written next to the results. The measured ratios of the committed
 runs are in benchmarks/LEARNING.md, not asserted here."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "energy_ratio.py"
+from tests.benchmark_scripts import BENCHMARKS, load_benchmark
+
+SCRIPT = BENCHMARKS / "energy_ratio.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("energy_ratio", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("energy_ratio")
 
 
 def step(number, **rewards):

@@ -4,23 +4,20 @@ instead of rerun, and without --run, which must only read; a command without
 --run that asks for runs the results file lacks must stop and name them; and
 the named methods' overrides, as the trainer reads them. The experiment's
 numbers are in benchmarks/LEARNING.md, not asserted here."""
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.benchmark_scripts import BENCHMARKS, load_benchmark
+
 pytest.importorskip("transformers")
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "learning_speed.py"
+SCRIPT = BENCHMARKS / "learning_speed.py"
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("learning_speed", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("learning_speed")
 
 
 def test_sign_test_is_exact_and_two_sided():

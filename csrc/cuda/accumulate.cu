@@ -265,6 +265,9 @@ __global__ void accumulate_kernel(CudaProblem p, Table t, Reduction red, Results
     red.partial_extrema[static_cast<int64_t>(blockIdx.x) * E + i] = m;
   }
   __threadfence();
+  // All of this block's partials written and fenced before thread 0 counts the block: otherwise the last
+  // block can sum a partial that another warp of this one has not written yet.
+  __syncthreads();
   DARA_BLOCK_SHARED(bool, last_block);
   if (threadIdx.x == 0) last_block = atomicAdd(red.counter, 1u) == gridDim.x - 1;
   __syncthreads();
@@ -282,9 +285,7 @@ __global__ void accumulate_kernel(CudaProblem p, Table t, Reduction red, Results
     red.extrema[i] = m;
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  *red.counter = 0u;
-  if (!red.finalize) return;
+  if (threadIdx.x != 0 || !red.finalize) return;
   double scratch[2 * kMaxCudaRewards];
   const FinalizeInputs in{red.given_accumulators ? red.given_accumulators : red.accumulators,
                           red.given_extrema ? red.given_extrema : red.extrema, p.base, p.bounds};

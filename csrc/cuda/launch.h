@@ -43,7 +43,7 @@ using Table = GroupTable;
 struct Reduction {
   double* partial;                   // [blocks, M]
   double* partial_extrema;           // [blocks, 2K]
-  unsigned int* counter;             // zero before the launch; the last block resets it
+  unsigned int* counter;             // a fresh one each call, zeroed before the launch
   double* accumulators;              // [M] out
   double* extrema;                   // [2K] out
   const double* given_accumulators;  // all-reduced ones to finalize with, or nullptr

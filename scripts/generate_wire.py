@@ -236,14 +236,14 @@ def _namedtuple(name: str, fields: list[str]) -> list[str]:
 
 def _triton_options() -> list[str]:
     names = [f.name for f in wire.KERNEL_FIELDS]
-    # Codes as floats and flags as bools: Triton specialises an integer argument on its value (1 becomes a
-    # constexpr, a multiple of 16 a divisibility hint), inside a tuple whatever do_not_specialize says, so
-    # integer fields made each option value its own kernel variant, compiled on first use and never ahead of
-    # time. A code is a small integer, exact in float32; the kernels read it through tl.cast(..., tl.int32)
-    # (the interpreter compares a float argument with an integer into a float).
-    convert = {"double": "float", "int": "float", "bool": "bool"}
-    lines = ["", "# The option vector as the kernels take it: one argument whose fields they read by name; codes as",
-             "# floats and flags as bools, so that no option value specialises a kernel (scripts/generate_wire.py).",
+    # Every field a float: Triton specialises an integer argument on its value (1 becomes a constexpr, a
+    # multiple of 16 a divisibility hint), inside a tuple whatever do_not_specialize says, so integer fields
+    # made each option value its own kernel variant, compiled on first use and never ahead of time; and the
+    # interpreters of Triton 3.4 and 3.6 cannot take a bool argument (an int1 over an int32 array). A code is a
+    # small integer, exact in float32; the kernels read it through tl.cast(..., tl.int32) and a flag as != 0.
+    convert = {"double": "float", "int": "float", "bool": "float"}
+    lines = ["", "# The option vector as the kernels take it: one argument whose fields they read by name; every field",
+             "# a float, so that no option value specialises a kernel (scripts/generate_wire.py).",
              *_namedtuple("KernelOptions", names + ["gated", "gate"]),
              "# The per-group table's arrays as the kernels take them: one argument, by field name.",
              *_namedtuple("GroupTable", [f.name for f in wire.GROUP_TABLE]),
@@ -256,7 +256,7 @@ def _triton_options() -> list[str]:
              "        gate[int(vector[i])] = float(vector[i + 1])",
              "    return KernelOptions("]
     lines += [f"        {convert[f.ctype]}(vector[{i}])," for i, f in enumerate(wire.KERNEL_FIELDS)]
-    lines += [f"        len(vector) > {len(names)},", "        tuple(gate),", "    )", ""]
+    lines += [f"        float(len(vector) > {len(names)}),", "        tuple(gate),", "    )", ""]
     return lines
 
 

@@ -41,8 +41,10 @@ APPLY_REGISTERS = 128
 # that no variant spills.
 FINALIZE_WARPS = 8
 # Rows per tile: the accumulate tile keeps a [rows, lanes, lanes] outer
-# product live, so rows shrink as the lanes grow to hold it near 256 values.
-TILE_VALUES = 256
+# product live, so rows shrink as the lanes grow to hold it near 128 values
+# (at 256, Triton 3.6, the GPU machine's, spilled 24-124 bytes in the 4-lane
+# accumulate on sm_90; 3.9 did not).
+TILE_VALUES = 128
 MAX_BLOCK_R = 16
 # The interpreter runs programs one after another; two still exercise the
 # cross-program reduction.
@@ -118,13 +120,15 @@ def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, values: dict
     extrema = torch.empty(programs, e, dtype=torch.float64, device=device)
     token = _token_weights(inputs)
     unused = layout.num_groups
-    # An unused pointer of the token weights' own dtype: one kernel variant either way.
+    # An unused pointer of the token weights' own dtype: one kernel variant either way. Flags go as floats, as
+    # the options do (scripts/generate_wire.py): an int 1 would specialise, a bool breaks older interpreters.
     no_token = torch.empty(0, dtype=torch.float64, device=device)
     values.update(
         rewards_ptr=rewards, rows_ptr=layout.rows if layout.rows is not None else unused,
         offsets_ptr=layout.offsets if layout.offsets is not None else unused, group_count_ptr=layout.num_groups,
         base_ptr=inputs.reward_weights, token_ptr=token if token is not None else no_token, table=table,
-        partial_ptr=partial, extrema_ptr=extrema, group_size=layout.group_size, has_token=token is not None)
+        partial_ptr=partial, extrema_ptr=extrema, group_size=layout.group_size,
+        has_token=float(token is not None))
     run(accumulate_kernel, (programs,), *bind(accumulate_kernel, values),
         HAS_INDEX=inputs.group_index is not None, **_blocks(values["lanes"]),
         num_warps=accumulate_warps(values["lanes"]), maxnreg=ACCUMULATE_REGISTERS)
@@ -158,7 +162,7 @@ def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduc
     bounds = inputs.reward_bounds
     values.update(partial_ptr=partial, extrema_ptr=local_extrema, programs=partial.shape[0],
                   bounds_ptr=bounds if bounds is not None else affine, affine_ptr=affine,
-                  has_bounds=bounds is not None)
+                  has_bounds=float(bounds is not None))
     run(finalize_kernel, (1,), *bind(finalize_kernel, values), BLOCK_K=block_k(lanes), num_warps=FINALIZE_WARPS)
     run(apply_kernel, (_programs(layout, device),), *bind(apply_kernel, values),
         HAS_INDEX=inputs.group_index is not None, **_blocks(lanes), num_warps=APPLY_WARPS, maxnreg=APPLY_REGISTERS)

@@ -26,8 +26,8 @@ NO_GATE = tl.constexpr(-1)
 SIGNAL_COUNTS = tl.constexpr(3)
 SIGNAL_BLOCK = tl.constexpr(4)
 
-# The option vector as the kernels take it: one argument whose fields they read by name; codes as
-# floats and flags as bools, so that no option value specialises a kernel (scripts/generate_wire.py).
+# The option vector as the kernels take it: one argument whose fields they read by name; every field
+# a float, so that no option value specialises a kernel (scripts/generate_wire.py).
 KernelOptions = collections.namedtuple("KernelOptions", (
     "method", "eps", "unbiased", "scale_by_std", "batch_norm", "bn_eps", "nan_to_zero", "active_tol", "alpha",
     "density_floor", "saw_delta", "sa_gamma", "apply_query_scale", "singleton_verl", "calibration_positive",
@@ -49,24 +49,24 @@ def kernel_options(vector) -> KernelOptions:
     return KernelOptions(
         float(vector[0]),
         float(vector[1]),
-        bool(vector[2]),
-        bool(vector[3]),
+        float(vector[2]),
+        float(vector[3]),
         float(vector[4]),
         float(vector[5]),
-        bool(vector[6]),
+        float(vector[6]),
         float(vector[7]),
         float(vector[8]),
         float(vector[9]),
         float(vector[10]),
         float(vector[11]),
-        bool(vector[12]),
-        bool(vector[13]),
-        bool(vector[14]),
+        float(vector[12]),
+        float(vector[13]),
+        float(vector[14]),
         float(vector[15]),
         float(vector[16]),
-        bool(vector[17]),
-        bool(vector[18]),
-        len(vector) > 19,
+        float(vector[17]),
+        float(vector[18]),
+        float(len(vector) > 19),
         tuple(gate),
     )
 

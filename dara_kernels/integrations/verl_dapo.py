@@ -10,9 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
+from dara_kernels.group_signal import Sampling
+
 from . import patching
 from .core import Run
-from .groups import Sampling, decide
+from .groups import decide
 
 # filter_groups.metric -> the criterion that keeps a group.
 SIGNAL_METRICS = {"dara_signal": "any", "dara_sum_signal": "sum"}

@@ -206,7 +206,7 @@ def patches() -> list:
 
     return found + [patching.Patch(v1_utils, "compute_advantage", _dispatcher),
                     patching.Patch(PPOTrainer, "_compute_advantage", _v1_compute_advantage),
-                    *filter_patches()]
+                    *filter_patches(check_at_launch)]
 
 
 def install() -> None:

@@ -229,7 +229,7 @@ def check_complete(args, specs: dict, data: dict, path: Path) -> None:
 
 
 # What a run depends on: a run made with any of these changed since the commit is marked so.
-SOURCES = ("dara_train", "dara_kernels", "csrc", "benchmarks/learning_speed.py", "setup.py", "pyproject.toml")
+SOURCES = ("trainer", "dara_kernels", "csrc", "benchmarks/learning_speed.py", "setup.py", "pyproject.toml")
 
 
 def source_commit() -> str:

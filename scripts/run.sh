@@ -42,7 +42,7 @@ setup() {
   fi
   local stamp="$VENV/.dara-source-hash"
   local hash
-  hash=$(cat setup.py pyproject.toml $(git ls-files -co --exclude-standard csrc dara_kernels dara_train 2>/dev/null || find csrc dara_kernels dara_train -type f) 2>/dev/null | sha256sum | cut -d' ' -f1)
+  hash=$(cat setup.py pyproject.toml $(git ls-files -co --exclude-standard csrc dara_kernels trainer 2>/dev/null || find csrc dara_kernels trainer -type f) 2>/dev/null | sha256sum | cut -d' ' -f1)
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$hash" ]; then
     log "building and installing dara-kernels in place (compiles the C++ extension: a few minutes on 2 cores)"
     # Editable: the extension lands beside the sources, so pytest and python -m

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 import dara_kernels as dk
+from dara_kernels.group_signal import Sampling
 from dara_kernels.integrations import patching
 from dara_kernels.integrations.core import KEYWORDS, Honoured, advantages, configure, estimator_run
-from dara_kernels.integrations.groups import Sampling, decide
+from dara_kernels.integrations.groups import decide
 from dara_kernels.wire import OPTION_NAMES
 
 

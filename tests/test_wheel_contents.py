@@ -9,7 +9,7 @@ import sys
 import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-SOURCES = ("setup.py", "pyproject.toml", "README.md", "dara_kernels", "dara_train")
+SOURCES = ("setup.py", "pyproject.toml", "README.md", "dara_kernels", "trainer")
 
 
 def build_wheel(tmp_path) -> pathlib.Path:

@@ -26,9 +26,11 @@ from skyrl.train.config import AlgorithmConfig, make_config
 from skyrl.train.entrypoints.main_base import BasePPOExp
 from skyrl.train.trainer import RayPPOTrainer
 
+from dara_kernels.group_signal import Sampling, check_criterion, group_ids
+
 from . import patching
 from .core import ESTIMATORS, Honoured, Run, advantages, diagnostics, estimator_run, refuse
-from .groups import Sampling, check_criterion, decide, group_ids
+from .groups import decide
 
 DYNAMIC_SAMPLING = "dara/sampling/"
 ZERO_VARIANCE_FILTER = "dara/zero_variance_filter/"

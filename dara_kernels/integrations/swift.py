@@ -21,11 +21,12 @@ from typing import Callable, Optional
 import torch
 
 import dara_kernels as dk
+from dara_kernels.group_signal import Sampling, check_criterion
 
 from . import patching
 from .core import Honoured, advantages, diagnostics, refuse, with_extra_metrics
 from .core import configure as configure_settings
-from .groups import Sampling, check_criterion, decide
+from .groups import decide
 
 METHOD_ENV = "DARA_SWIFT_METHOD"
 OPTIONS_ENV = "DARA_SWIFT_OPTIONS"

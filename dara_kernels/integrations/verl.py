@@ -22,10 +22,11 @@ import numpy as np
 import torch
 from verl.trainer.ppo import core_algos, ray_trainer
 
+from dara_kernels.group_signal import group_ids
+
 from . import patching
 from .core import ESTIMATORS as ESTIMATOR_NAMES
 from .core import Honoured, Run, advantages, diagnostics, estimator_method, estimator_run, refuse, with_extra_metrics
-from .groups import group_ids
 from .verl_dapo import SIGNAL_METRICS, sampling_metrics
 from .verl_dapo import patches as filter_patches
 
@@ -205,7 +206,7 @@ def patches() -> list:
 
     return found + [patching.Patch(v1_utils, "compute_advantage", _dispatcher),
                     patching.Patch(PPOTrainer, "_compute_advantage", _v1_compute_advantage),
-                    *filter_patches()]
+                    *filter_patches(check_at_launch)]
 
 
 def install() -> None:

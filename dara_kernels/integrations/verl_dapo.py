@@ -10,9 +10,11 @@ from dataclasses import dataclass
 
 import torch
 
+from dara_kernels.group_signal import Sampling
+
 from . import patching
 from .core import Run
-from .groups import Sampling, decide
+from .groups import decide
 
 # filter_groups.metric -> the criterion that keeps a group.
 SIGNAL_METRICS = {"dara_signal": "any", "dara_sum_signal": "sum"}
@@ -68,10 +70,8 @@ def _filtered_keys(original):
     return _dapo_filtered_keys
 
 
-def _build_replay_buffer(original):
+def _build_replay_buffer(original, check_at_launch):
     def build(self):
-        from .verl import check_at_launch
-
         run = check_at_launch(self.config.algorithm)  # the v1 trainer builds its buffer in its constructor
         buffer = original(self)
         criterion = SIGNAL_METRICS.get(getattr(buffer, "filter_groups_metric", None))
@@ -93,10 +93,13 @@ def sampling_metrics(buffer, trained_responses: int) -> dict:
     return metrics
 
 
-def patches() -> list:
-    """Needs verl's v1 trainer (transfer_queue installed)."""
+def patches(check_at_launch) -> list:
+    """Needs verl's v1 trainer (transfer_queue installed). `check_at_launch(algorithm)` is verl.py's: the run's
+    settings, checked when the trainer builds its buffer. It is passed in rather than imported, since verl.py
+    imports this module."""
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     return [patching.Patch(ReplayBuffer, "_dapo_filtered_keys", _filtered_keys),
-            patching.Patch(PPOTrainer, "_build_replay_buffer", _build_replay_buffer)]
+            patching.Patch(PPOTrainer, "_build_replay_buffer",
+                           lambda original: _build_replay_buffer(original, check_at_launch))]

@@ -8,7 +8,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from dara_kernels.integrations.groups import CRITERIA as SIGNAL_CRITERIA
+from dara_kernels.group_signal import CRITERIA as SIGNAL_CRITERIA
 
 # The criteria besides "off" (every group is trained on): the fused_advantage per-row flag that accepts a row's
 # group, one table with the integrations' filters.

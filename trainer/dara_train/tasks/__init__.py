@@ -2,7 +2,7 @@
 column of the [N, K] reward tensor; a response it cannot score gets NaN
 (the toy task scores every response). A prompt is chat messages (system, user):
 the tokenizer renders them with the model's chat template, or as their plain
-concatenation where it has none (dara_train/model.py)."""
+concatenation where it has none (trainer/dara_train/model.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -12,7 +12,7 @@ import sys
 
 def train_main(argv) -> None:
     parser = argparse.ArgumentParser(prog="dara-train", description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="toy", help="a config under dara_train/configs (default: toy)")
+    parser.add_argument("--preset", default="toy", help="a config under trainer/dara_train/configs (default: toy)")
     parser.add_argument("--config", help="a YAML file applied after the preset")
     parser.add_argument("--steps", type=int)
     parser.add_argument("--output-dir")

@@ -14,7 +14,7 @@ import torch.distributed as dist
 import yaml
 
 import dara_kernels as dk
-from dara_kernels.integrations.groups import CRITERIA, Sampling
+from dara_kernels.group_signal import CRITERIA, Sampling
 
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import TrainConfig, to_dict

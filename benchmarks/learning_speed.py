@@ -65,10 +65,11 @@ FULLY_SEEDED = ("dara", "dara-sym", "gdpo", *SIGNAL_ARMS)
 CANDIDATES_PER_ACCEPTED = 1.5
 # The paper's static controls (Table 4) put weight 5 on one reward: here the one that starts sparse.
 DEFAULT_STATIC_WEIGHTS = {"toy": "1,5,1", "toy-paper": "1,5,1", "toy-shift": "1,5,1", "toy-gated-length": "1,1,5",
-                          "toy-budget": "1,1,5"}
+                          "toy-budget": "1,1,5", "toy-length-dense": "1,5"}
 # toy-budget's pre-registered arms (benchmarks/LEARNING.md), all with --seeds, and its endpoints
-# (budget_endpoints.py) printed after the tables.
+# (budget_endpoints.py) printed after the tables; the same on toy-length-dense, its task in the paper's regime.
 BUDGET_PRESET = "toy-budget"
+BUDGET_PRESETS = (BUDGET_PRESET, "toy-length-dense")
 BUDGET_METHODS = ["gdpo", "dara", "dara-sym", "static-asym", "static-sym"]
 # Paired comparisons: each reference method against these (None: every other method at the same group size).
 PAIRED = {"dara": None, "dara-sym": ("gdpo", "static-sym"), "gdpo-ds": ("gdpo",)}
@@ -187,7 +188,7 @@ def save_results(path: Path, data: dict) -> None:
 
 
 def seed_count(args, label: str) -> int:
-    fully = base_method(label) in FULLY_SEEDED or args.preset == BUDGET_PRESET
+    fully = base_method(label) in FULLY_SEEDED or args.preset in BUDGET_PRESETS
     return args.seeds if fully else min(args.other_seeds, args.seeds)
 
 
@@ -667,7 +668,7 @@ def main(argv=None) -> None:
 
     from dara_train.config import load_config
 
-    methods = args.methods or ",".join(BUDGET_METHODS if args.preset == BUDGET_PRESET else MAIN_METHODS)
+    methods = args.methods or ",".join(BUDGET_METHODS if args.preset in BUDGET_PRESETS else MAIN_METHODS)
     names = [m for m in methods.split(",") if m] + (TABLE5_BASELINES if args.baselines else [])
     static = args.static_weights or DEFAULT_STATIC_WEIGHTS.get(args.preset, "1,5,1")
     rollout = load_config(args.preset, None, args.settings).rollout
@@ -693,7 +694,7 @@ def main(argv=None) -> None:
         cutoffs = {k: float(v) for k, v in (item.split("=") for item in args.thresholds.split(","))}
         data["runs"] = [{**r, "thresholds": {**r["thresholds"], **cutoffs}} for r in data["runs"]]
     print_tables(data, summarize_methods(data))
-    if args.preset == BUDGET_PRESET:
+    if args.preset in BUDGET_PRESETS:
         from budget_endpoints import print_budget_tables
 
         print_budget_tables({m: [r for r in data["runs"] if r["method"] == m] for m in order

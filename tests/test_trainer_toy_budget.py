@@ -111,7 +111,7 @@ def test_toy_length_dense_preset():
 
     dense, budget = load_config("toy-length-dense"), load_config("toy-budget")
     assert dense.task.name == "toy-budget" and dense.task.rewards == ["correct", "length"]
-    assert dense.task.short_share == 0.5 and budget.task.short_share == 0.03
+    assert dense.task.short_share == 0.55 and budget.task.short_share == 0.03
     assert (dense.rollout.group_size, dense.rollout.prompts_per_step) == (16, 32)
     assert dense.rollout.group_size * dense.rollout.prompts_per_step == \
         budget.rollout.group_size * budget.rollout.prompts_per_step

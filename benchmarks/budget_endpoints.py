@@ -49,10 +49,10 @@ def length_values(run: dict) -> list[float]:
     return [v for _, v in series]
 
 
-def crossings(run: dict) -> dict:
+def crossings(run: dict, thresholds=THRESHOLDS, window: int = WINDOW, hold: int = HOLD) -> dict:
     """threshold -> first stable crossing step (None when there is none)."""
     values = length_values(run)
-    return {t: sustained_crossing(values, t) for t in THRESHOLDS}
+    return {t: sustained_crossing(values, t, window, hold) for t in thresholds}
 
 
 def sampled_eval(run: dict, step: int | None = None) -> dict:
@@ -114,11 +114,16 @@ def final_family(by_method: dict, family, metric: str, margin: float | None = No
     return out
 
 
-def print_budget_tables(by_method: dict, never: int) -> dict:
-    """Prints the endpoint tables and the pre-registered verdicts; returns the families' results."""
+def evaluated_steps(by_method: dict) -> list[int]:
+    """The steps of the runs' sampled evaluations, in order."""
+    return sorted({rec["step"] for runs in by_method.values() for r in runs for rec in r["records"]
+                   if "eval_sampled/correct" in rec})
+
+
+def print_crossing_steps(steps: dict, never: int) -> None:
+    """Per method and threshold: the median [IQR] crossing step and how many runs confirm it."""
     import numpy as np
 
-    steps = {m: {r["seed"]: crossings(r) for r in runs} for m, runs in by_method.items()}
     print(f"\nFirst stable crossing of the training {LENGTH_REWARD} compliance (the paper's Figure 5): the first step"
           f" whose {WINDOW}-step trailing mean reaches the threshold and stays there for the next {HOLD} steps;"
           f" median [IQR] over seeds, (confirmed/runs); a run that never confirms it counts as {never}\n")
@@ -133,28 +138,34 @@ def print_budget_tables(by_method: dict, never: int) -> dict:
         rows.append([method, *cells])
     markdown_table(["method", *(f">= {t:g}" for t in THRESHOLDS)], rows)
 
-    results = {"crossing": crossing_family(by_method, steps, never)}
-    if results["crossing"]:
-        print(f"\nPaired by seed, A against B, crossing steps: mean of A - B [median per-seed ratio A / B];"
-              f" wins-losses-ties of A crossing sooner; exact two-sided paired permutation p; Holm-adjusted over"
-              f" the {len(results['crossing'])} cells (the pre-registered family)\n")
-        rows = {}
-        for (a, b, _), c in results["crossing"].items():
-            d = c["differences"]
-            wins, losses = sum(x < 0 for x in d), sum(x > 0 for x in d)
-            rows.setdefault((a, b), []).append(f"{np.mean(d):+.1f} [{c['ratio']:.2f}]; {wins}-{losses}-"
-                                               f"{len(d) - wins - losses}; p={c['p']:.3g}, Holm {c['holm']:.3g}")
-        markdown_table(["A vs B", *(f">= {t:g}" for t in THRESHOLDS)],
-                       [[f"{a} vs {b}", *r] for (a, b), r in rows.items()])
 
-    evaluated = sorted({rec["step"] for runs in by_method.values() for r in runs for rec in r["records"]
-                        if "eval_sampled/correct" in rec})
-    for step in [evaluated[-1], *(s for s in evaluated[1:-1] if s)][:2]:
+def print_crossing_family(family: dict, role: str = "the pre-registered family") -> None:
+    """crossing_family()'s cells: one row per pair, one column per threshold."""
+    import numpy as np
+
+    if not family:
+        return
+    print(f"\nPaired by seed, A against B, crossing steps: mean of A - B [median per-seed ratio A / B];"
+          f" wins-losses-ties of A crossing sooner; exact two-sided paired permutation p; Holm-adjusted over"
+          f" the {len(family)} cells ({role})\n")
+    rows = {}
+    for (a, b, _), c in family.items():
+        d = c["differences"]
+        wins, losses = sum(x < 0 for x in d), sum(x > 0 for x in d)
+        rows.setdefault((a, b), []).append(f"{np.mean(d):+.1f} [{c['ratio']:.2f}]; {wins}-{losses}-"
+                                           f"{len(d) - wins - losses}; p={c['p']:.3g}, Holm {c['holm']:.3g}")
+    markdown_table(["A vs B", *(f">= {t:g}" for t in THRESHOLDS)],
+                   [[f"{a} vs {b}", *r] for (a, b), r in rows.items()])
+
+
+def print_evaluations(by_method: dict, shown: list[int], last: int) -> None:
+    """The held-out sampled evaluation at each step of `shown` (`last`: the endpoint's), per method."""
+    for step in shown:
         finals = {m: [sampled_eval(r, step) for r in sorted(runs, key=lambda r: r["seed"])]
                   for m, runs in by_method.items()}
         first = next(iter(finals.values()))[0]
         extra = sorted(k for k in first if k.startswith("correct_"))
-        role = "the endpoint" if step == evaluated[-1] else "not the endpoint"
+        role = "the endpoint" if step == last else "not the endpoint"
         print(f"\nHeld-out evaluation at step {step} ({role}), sampled at the training temperature:"
               f" {first['prompts']} prompts x {first['replies'] // first['prompts']} replies = {first['replies']}"
               " replies per run; Acc: correct;"
@@ -164,6 +175,17 @@ def print_budget_tables(by_method: dict, never: int) -> dict:
         markdown_table(["method", "seeds", *FINAL, *extra],
                        [[m, str(len(f)), *(spread([x[n] for x in f], 3) for n in [*FINAL, *extra])]
                         for m, f in finals.items()])
+
+
+def print_budget_tables(by_method: dict, never: int) -> dict:
+    """Prints the endpoint tables and the pre-registered verdicts; returns the families' results."""
+    steps = {m: {r["seed"]: crossings(r) for r in runs} for m, runs in by_method.items()}
+    print_crossing_steps(steps, never)
+    results = {"crossing": crossing_family(by_method, steps, never)}
+    print_crossing_family(results["crossing"])
+
+    evaluated = evaluated_steps(by_method)
+    print_evaluations(by_method, [evaluated[-1], *(s for s in evaluated[1:-1] if s)][:2], evaluated[-1])
 
     results["accuracy"] = final_family(by_method, ACCURACY_FAMILY, "Acc", MARGIN)
     results["joint"] = final_family(by_method, JOINT_FAMILY, "Joint")

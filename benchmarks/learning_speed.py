@@ -52,7 +52,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from paired_tests import mean_difference, permutation_p  # noqa: E402
+from paired_tests import mean_difference, permutation_p, sign_test_p  # noqa: E402
 from tables import markdown_table, spread  # noqa: E402
 
 MAIN_METHODS = ["dara", "dara-sym", "gdpo", "static-asym", "static-sym", "grpo"]
@@ -65,10 +65,13 @@ FULLY_SEEDED = ("dara", "dara-sym", "gdpo", *SIGNAL_ARMS)
 CANDIDATES_PER_ACCEPTED = 1.5
 # The paper's static controls (Table 4) put weight 5 on one reward: here the one that starts sparse.
 DEFAULT_STATIC_WEIGHTS = {"toy": "1,5,1", "toy-paper": "1,5,1", "toy-shift": "1,5,1", "toy-gated-length": "1,1,5",
-                          "toy-budget": "1,1,5"}
+                          "toy-budget": "1,1,5", "toy-length-dense": "1,5"}
 # toy-budget's pre-registered arms (benchmarks/LEARNING.md), all with --seeds, and its endpoints
-# (budget_endpoints.py) printed after the tables.
+# (budget_endpoints.py) printed after the tables; the same arms on toy-length-dense, its task in the paper's regime,
+# whose endpoints (the late phase) and the format ablation's (toy-budget without format) are late_phase.py's.
 BUDGET_PRESET = "toy-budget"
+LENGTH_DENSE_PRESET = "toy-length-dense"
+BUDGET_PRESETS = (BUDGET_PRESET, LENGTH_DENSE_PRESET)
 BUDGET_METHODS = ["gdpo", "dara", "dara-sym", "static-asym", "static-sym"]
 # Paired comparisons: each reference method against these (None: every other method at the same group size).
 PAIRED = {"dara": None, "dara-sym": ("gdpo", "static-sym"), "gdpo-ds": ("gdpo",)}
@@ -187,7 +190,7 @@ def save_results(path: Path, data: dict) -> None:
 
 
 def seed_count(args, label: str) -> int:
-    fully = base_method(label) in FULLY_SEEDED or args.preset == BUDGET_PRESET
+    fully = base_method(label) in FULLY_SEEDED or args.preset in BUDGET_PRESETS
     return args.seeds if fully else min(args.other_seeds, args.seeds)
 
 
@@ -268,15 +271,6 @@ def run_all(args, specs: dict, data: dict, path: Path) -> None:
                       f"{run['seconds']:.0f}s, about {eta / 60:.1f} min left", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def sign_test_p(wins: int, losses: int) -> float:
-    """Exact two-sided sign test (binomial, p = 1/2) over the untied pairs."""
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -624,6 +618,20 @@ def print_area_table(by_method: dict, pairs_: list[tuple[str, str]], measures: d
               + ", ".join(f"{r:.3f}" for r in c["ratios"]))
 
 
+def print_endpoints(preset: str, by_method: dict) -> dict:
+    """The pre-registered endpoints (benchmarks/LEARNING.md): toy-length-dense's late phase (late_phase.py), the
+    format ablation's family A on toy-budget without format, or toy-budget's F1-F3 (budget_endpoints.py)."""
+    import late_phase
+    from budget_endpoints import print_budget_tables
+
+    runs = next(iter(by_method.values()))
+    if preset == LENGTH_DENSE_PRESET:
+        return late_phase.print_length_dense_tables(by_method)
+    if late_phase.is_format_ablation(preset, runs):
+        return late_phase.print_ablation_tables(by_method, late_phase.with_format_runs())
+    return print_budget_tables(by_method, runs[0]["steps"] + 1)
+
+
 def plot(data: dict, path: Path) -> Path:
     """`dara-train plot`'s picture of several runs: per method, each reward's training mean, density,
     applied weight (and energy share, where the runs kept it) as median and interquartile band over seeds."""
@@ -667,7 +675,7 @@ def main(argv=None) -> None:
 
     from dara_train.config import load_config
 
-    methods = args.methods or ",".join(BUDGET_METHODS if args.preset == BUDGET_PRESET else MAIN_METHODS)
+    methods = args.methods or ",".join(BUDGET_METHODS if args.preset in BUDGET_PRESETS else MAIN_METHODS)
     names = [m for m in methods.split(",") if m] + (TABLE5_BASELINES if args.baselines else [])
     static = args.static_weights or DEFAULT_STATIC_WEIGHTS.get(args.preset, "1,5,1")
     rollout = load_config(args.preset, None, args.settings).rollout
@@ -693,12 +701,9 @@ def main(argv=None) -> None:
         cutoffs = {k: float(v) for k, v in (item.split("=") for item in args.thresholds.split(","))}
         data["runs"] = [{**r, "thresholds": {**r["thresholds"], **cutoffs}} for r in data["runs"]]
     print_tables(data, summarize_methods(data))
-    if args.preset == BUDGET_PRESET:
-        from budget_endpoints import print_budget_tables
-
-        print_budget_tables({m: [r for r in data["runs"] if r["method"] == m] for m in order
-                             if any(r["method"] == m for r in data["runs"])},
-                            data["runs"][0]["steps"] + 1)
+    if args.preset in BUDGET_PRESETS:
+        print_endpoints(args.preset, {m: [r for r in data["runs"] if r["method"] == m] for m in order
+                                      if any(r["method"] == m for r in data["runs"])})
     if args.stability:
         print_stability(data, rollout.group_size * rollout.prompts_per_step)
     print(f"\nruns: {path}")

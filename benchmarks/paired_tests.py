@@ -1,6 +1,7 @@
 """Paired statistics over seeds for the learning-speed verdicts: the exact
-sign-flip permutation test of a mean paired difference, Holm's correction,
-and a Student t interval of the mean difference (benchmarks/LEARNING.md)."""
+sign-flip permutation test of a mean paired difference, the exact sign test,
+Holm's correction, and a Student t interval of the mean difference
+(benchmarks/LEARNING.md)."""
 from __future__ import annotations
 
 import itertools
@@ -19,6 +20,15 @@ def permutation_p(differences: list[float], greater: bool = False) -> float:
             for signs in itertools.product((1, -1), repeat=len(differences)))
     extreme = sum((total if greater else abs(total)) >= observed - tolerance for total in sums)
     return extreme / 2 ** len(differences)
+
+
+def sign_test_p(wins: int, losses: int) -> float:
+    """Exact two-sided sign test (binomial, p = 1/2) over the untied pairs."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
 
 
 def holm(p_values: list[float]) -> list[float]:

@@ -245,3 +245,30 @@ def test_other_thresholds_change_the_tables_not_the_file(tmp_path, capsys):
     assert "format >= 0.8" in own and "| 7.0 [7-7] (1/1) |" in own       # 5-step mean of steps 3-7 is 0.8
     assert "format >= 0.95" in other and "| 10.0 [10-10] (1/1) |" in other  # of steps 6-10: 0.97
     assert results.read_bytes() == before
+
+
+def test_toy_length_dense_arms_keep_the_presets_sampling_and_put_weight_5_on_length():
+    """toy-length-dense runs toy-budget's five arms, each on --seeds, the static ones with 5 on length (its second
+    reward), and every arm with the preset's dynamic sampling on the summed reward."""
+    import argparse
+
+    from dara_train.config import load_config
+
+    script = load_script()
+    preset = "toy-length-dense"
+    weights = script.DEFAULT_STATIC_WEIGHTS[preset]
+    assert weights == "1,5"
+    specs = script.method_specs(script.BUDGET_METHODS, weights, [], preset_group=16, replies=512)
+    seen = {}
+    for label, overrides in specs.items():
+        cfg = load_config(preset, None, overrides)
+        seen[label] = (cfg.advantage.method, cfg.advantage.options, cfg.rollout.dynamic_sampling,
+                       cfg.rollout.candidate_groups, cfg.rollout.prompts_per_step, cfg.rollout.group_size)
+    sampling = ("sum", 48, 32, 16)
+    assert seen == {"gdpo": ("gdpo", {}, *sampling), "dara": ("dara", {}, *sampling),
+                    "dara-sym": ("dara", {"calibration": "symmetric"}, *sampling),
+                    "static-asym": ("static", {"calibration": "positive", "reward_weights": [1, 5]}, *sampling),
+                    "static-sym": ("static", {"reward_weights": [1, 5]}, *sampling)}
+    args = argparse.Namespace(preset=preset, seeds=10, other_seeds=5, first_seed=0)
+    assert all(script.seed_count(args, label) == 10 for label in specs)
+    assert preset in script.BUDGET_PRESETS

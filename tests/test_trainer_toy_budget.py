@@ -73,3 +73,51 @@ def test_pretraining_is_deterministic_and_learns_the_demonstrations():
     assert after < before
     for name in weights[0]:
         torch.testing.assert_close(weights[0][name], weights[1][name], rtol=0, atol=0)
+
+
+# sha256 of repr([(prompt text, reply)]) of 2,000 demonstrations drawn with random.Random(1), by the task before
+# task.short_share existed (ed4bc8d): its default must leave toy-budget's demonstrations, so its runs, unchanged.
+DEMONSTRATIONS_BEFORE_SHORT_SHARE = "04772d4b21fb654c4853881841fc3d6b5838e68ac89fc460f9c58a1dc083e856"
+
+
+def demonstration_digest(t, count=2000):
+    import hashlib
+
+    demos = t.demonstrations(random.Random(1), count)
+    return hashlib.sha256(repr([(p.messages[-1]["content"], r) for p, r in demos]).encode()).hexdigest()
+
+
+def test_short_share_default_keeps_the_demonstrations_and_sets_the_share_within_the_limit():
+    assert TaskConfig().short_share == 0.03
+    assert demonstration_digest(task()) == DEMONSTRATIONS_BEFORE_SHORT_SHARE
+    for share in (0.0, 0.5, 1.0):
+        t = ToyBudgetTask(TaskConfig(name="toy-budget", max_length=4, min_work=6, short_share=share))
+        demos = t.demonstrations(random.Random(1), 4000)
+        within = sum(len(reply) <= 4 for _, reply in demos) / len(demos)
+        assert abs(within - share) < 0.03, (share, within)
+        # Only the work's length changes: the answer is right as often.
+        right = sum(reply[0] == str(p.answer) for p, reply in demos) / len(demos)
+        assert 0.6 < right < 0.7
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="task.short_share"):
+            ToyBudgetTask(TaskConfig(name="toy-budget", max_length=4, min_work=6, short_share=bad))
+
+
+def test_toy_length_dense_preset():
+    """The preset of issue 39's testbed in the paper's regime: correct and length only, half the demonstrations
+    within the limit, groups of 16 at toy-budget's replies per step, entropy 0, clip 0.2 / 0.28, dynamic sampling
+    on the summed reward at 3 candidate groups per 2 accepted; the rest as toy-budget."""
+    from dara_train.config import load_config
+
+    dense, budget = load_config("toy-length-dense"), load_config("toy-budget")
+    assert dense.task.name == "toy-budget" and dense.task.rewards == ["correct", "length"]
+    assert dense.task.short_share == 0.55 and budget.task.short_share == 0.03
+    assert (dense.rollout.group_size, dense.rollout.prompts_per_step) == (16, 32)
+    assert dense.rollout.group_size * dense.rollout.prompts_per_step == \
+        budget.rollout.group_size * budget.rollout.prompts_per_step
+    assert dense.rollout.dynamic_sampling == "sum"
+    assert dense.rollout.candidate_groups * 2 == dense.rollout.prompts_per_step * 3
+    assert (dense.optim.entropy_coef, dense.optim.clip_low, dense.optim.clip_high) == (0.0, 0.2, 0.28)
+    assert (budget.optim.clip_low, budget.optim.clip_high) == (None, None)
+    assert dense.pretrain == budget.pretrain and dense.model == budget.model
+    assert (dense.task.max_length, dense.task.min_work) == (budget.task.max_length, budget.task.min_work)

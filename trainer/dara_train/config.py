@@ -31,6 +31,7 @@ class TaskConfig:
     length_shape: str = "ungated"       # toy, math: ungated | gated (only correct replies earn length)
     max_length: int = 4                 # length compliance: response tokens <= max_length
     min_work: int = 6                   # toy-budget: tokens a hard prompt's right reply needs (> max_length)
+    short_share: float = 0.03           # toy-budget: share of the demonstrations that fit the length limit
     max_operand: int = 9                # toy: operands a, b drawn from 0..max_operand
     data_path: Optional[str] = None     # math: optional JSONL of {"question", "answer"}
     eval_size: int = 64
@@ -66,6 +67,8 @@ class OptimConfig:
     ppo_epochs: int = 1
     mini_batches: int = 1
     clip_ratio: float = 0.2
+    clip_low: Optional[float] = None    # the ratio's clip below 1 (1 - clip_low); None: clip_ratio
+    clip_high: Optional[float] = None   # the ratio's clip above 1 (1 + clip_high, DAPO's clip-higher); None: clip_ratio
     loss_agg: str = "token-mean"        # token-mean | seq-mean
     kl_coef: float = 0.0                # k3 KL to the frozen initial policy
     entropy_coef: float = 0.0           # bonus on the mean token entropy of the sampling policy

@@ -38,12 +38,15 @@ def token_logprobs(model, input_ids, attention_mask, temperature: float = 1.0,
 
 
 def ppo_loss(logprobs, batch: TrainBatch, rows: torch.Tensor, clip_ratio: float, kl_coef: float,
-             loss_agg: str, normaliser: float, entropy=None, entropy_coef: float = 0.0
-             ) -> tuple[torch.Tensor, dict]:
+             loss_agg: str, normaliser: float, entropy=None, entropy_coef: float = 0.0,
+             clip_high: float | None = None) -> tuple[torch.Tensor, dict]:
+    """`clip_ratio` clips the ratio at 1 - clip_ratio below and, unless `clip_high` is given, at
+    1 + clip_ratio above (with it: 1 + clip_high, DAPO's asymmetric clip)."""
+    clip_low, clip_high = clip_ratio, clip_ratio if clip_high is None else clip_high
     mask = batch.response_mask[rows].float()
     adv = batch.advantages[rows]
     ratio = torch.exp(logprobs - batch.old_logprobs[rows])
-    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip_ratio, 1 + clip_ratio) * adv)
+    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv)
     per_token = -surrogate
     if kl_coef and batch.ref_logprobs is not None:
         log_ratio = batch.ref_logprobs[rows] - logprobs
@@ -56,7 +59,8 @@ def ppo_loss(logprobs, batch: TrainBatch, rows: torch.Tensor, clip_ratio: float,
         loss = ((per_token * mask).sum(1) / mask.sum(1).clamp(min=1)).sum() / normaliser
     else:
         raise ValueError(f"optim.loss_agg={loss_agg!r} is not token-mean or seq-mean")
-    clipped = ((ratio - 1).abs() > clip_ratio).float()
+    clipped = (((ratio - 1).abs() > clip_low) if clip_low == clip_high
+               else (ratio < 1 - clip_low) | (ratio > 1 + clip_high)).float()
     stats = {"clip_fraction": ((clipped * mask).sum() / mask.sum().clamp(min=1)).item()}
     if entropy is not None:
         stats["entropy"] = ((entropy.detach() * mask).sum() / mask.sum().clamp(min=1)).item()

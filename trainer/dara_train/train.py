@@ -67,6 +67,16 @@ def rollout_logprob_diff(sampled: torch.Tensor, trainer: torch.Tensor, response_
             "rollout/logprob_diff_max": all_max(diff.max().reshape(1).cpu()).item()}
 
 
+def clip_range(optim_cfg) -> tuple[float, float]:
+    """(low, high): the PPO ratio is clipped to [1 - low, 1 + high]; optim.clip_low and optim.clip_high
+    default to optim.clip_ratio."""
+    low = optim_cfg.clip_ratio if optim_cfg.clip_low is None else optim_cfg.clip_low
+    high = optim_cfg.clip_ratio if optim_cfg.clip_high is None else optim_cfg.clip_high
+    if not (0 <= low < 1 and high >= 0):
+        raise ValueError(f"optim clip range: low={low} must be in [0, 1) and high={high} at least 0")
+    return low, high
+
+
 def update(model, optimizer, batch: TrainBatch, optim_cfg, temperature: float = 1.0) -> dict:
     """PPO epochs over mini-batches. Losses are divided by the global count of
     tokens (or sequences) per mini-batch times the world size, because FSDP
@@ -76,6 +86,7 @@ def update(model, optimizer, batch: TrainBatch, optim_cfg, temperature: float = 
     world = dist.get_world_size()
     chunks = torch.arange(n, device=batch.input_ids.device).chunk(optim_cfg.mini_batches)
     stats = {"loss": 0.0, "clip_fraction": 0.0, "grad_norm": 0.0, "entropy": 0.0}
+    clip_low, clip_high = clip_range(optim_cfg)
     updates = 0
     for _ in range(optim_cfg.ppo_epochs):
         for rows in chunks:
@@ -84,8 +95,8 @@ def update(model, optimizer, batch: TrainBatch, optim_cfg, temperature: float = 
             normaliser = all_sum(count.reshape(1)).item() / world
             logp, entropy = token_logprobs(model, batch.input_ids[rows], batch.attention_mask[rows],
                                            temperature, with_entropy=True)
-            loss, extra = ppo_loss(logp, batch, rows, optim_cfg.clip_ratio, optim_cfg.kl_coef,
-                                   optim_cfg.loss_agg, max(normaliser, 1e-8), entropy, optim_cfg.entropy_coef)
+            loss, extra = ppo_loss(logp, batch, rows, clip_low, optim_cfg.kl_coef, optim_cfg.loss_agg,
+                                   max(normaliser, 1e-8), entropy, optim_cfg.entropy_coef, clip_high)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), optim_cfg.grad_clip)
             optimizer.step()
@@ -133,6 +144,7 @@ class Trainer:
         self.cfg = cfg
         self.rank, self.world, self.device = init_distributed()
         self.criterion = check_sampling(cfg.rollout, self.world)
+        clip_range(cfg.optim)
         torch.manual_seed(cfg.seed + self.rank)
         self.output_dir = Path(cfg.output_dir)
         self.output_dir.mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,11 @@ as a reasoning model's are.
 - `length`: the reply finishes within `task.max_length` tokens.
 
 Demonstrations: the answer (right 60% of the time, else a uniform digit),
-then `x` work tokens, mostly more than the limit allows, then the marker
-half the time: the pre-trained policy starts right on about half of the
-prompts and marks about half of its replies, while few fit the limit.
+then `x` work tokens, more than the limit allows except in a share
+`task.short_share` of them (default 3%), then the marker half the time:
+the pre-trained policy starts right on about half of the prompts and marks
+about half of its replies, while few fit the limit (toy-budget) or, with a
+larger short share, about as many as the share (toy-length-dense).
 
 Training draws from 800 of the 1,000 triples; evaluation uses the other 200
 (those whose digits sum to a multiple of 5; 20 of them hard)."""
@@ -30,7 +32,8 @@ HARD_DIGIT = 0          # c = HARD_DIGIT marks a hard prompt
 # Demonstrations: the share with the right answer, the share with the marker, and the work lengths.
 RIGHT_SHARE = 0.6
 MARKED_SHARE = 0.5
-SHORT_SHARE = 0.03      # work short enough for the limit; the rest draw LONG_WORK more tokens than the limit
+SHORT_SHARE = 0.03      # task.short_share's default: work short enough for the limit; the rest draw LONG_WORK
+                        # more tokens than the limit
 LONG_WORK = 6
 
 
@@ -45,7 +48,9 @@ class ToyBudgetTask(Task):
         if cfg.min_work <= cfg.max_length:
             raise ValueError(f"task.min_work={cfg.min_work} must exceed task.max_length={cfg.max_length}: a hard "
                              "prompt's right reply is one the length limit does not allow")
-        self.max_length, self.min_work = cfg.max_length, cfg.min_work
+        if not 0 <= cfg.short_share <= 1:
+            raise ValueError(f"task.short_share={cfg.short_share} is a share of the demonstrations: 0 to 1")
+        self.max_length, self.min_work, self.short_share = cfg.max_length, cfg.min_work, cfg.short_share
         self.train_triples, self.eval_triples = split_triples()
         self.rewards = {"correct": self.correct, "format": self.format, "length": self.length}
 
@@ -80,7 +85,7 @@ class ToyBudgetTask(Task):
         for _ in range(count):
             prompt = self._prompt(*rng.choice(self.train_triples))
             short = self.max_length - 2   # work tokens that leave room for the answer and the marker
-            work = (rng.randrange(short + 1) if rng.random() < SHORT_SHARE
+            work = (rng.randrange(short + 1) if rng.random() < self.short_share
                     else self.max_length + rng.randrange(LONG_WORK))
             answer = prompt.answer if rng.random() < RIGHT_SHARE else rng.randrange(10)
             out.append((prompt, str(answer) + WORK * work + (MARKER if rng.random() < MARKED_SHARE else "")))

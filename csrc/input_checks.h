@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "core/wire.h"
+#include "core/generated_tables.h"
 
 namespace dara {
 
@@ -32,7 +32,7 @@ inline void check_elements(const OptTensor& t, int64_t size, const char* name) {
   TORCH_CHECK(t->numel() == size, "dara: ", name, " must have ", size, " elements, got ", t->numel());
 }
 
-// The option vector: the scalar fields, then (gated, gate) pairs of columns below K (wire.GATE_PAIRS).
+// The option vector: the scalar fields, then (gated, gate) pairs of columns below K (tables.GATE_PAIRS).
 inline Options checked_options(at::ArrayRef<double> options, int K) {
   const int64_t pairs = static_cast<int64_t>(options.size()) - kNumOptions;
   TORCH_CHECK(pairs >= 0 && pairs % 2 == 0, "dara: expected ", kNumOptions,

@@ -93,12 +93,12 @@ def fused_advantage(
     per reward; NaN marks a reward that could not score a response. Give the
     groups as `group_size` (contiguous blocks) or `group_index` (any ids).
     Options left as None take the preset's value, then the method's default
-    (each option's row in wire.OPTIONS). reward_gates={"length": "correct"}
+    (each option's row in tables.OPTIONS). reward_gates={"length": "correct"}
     (names from reward_names, or column indices) lets a reward count only
     where its gate passes (docs/spec.md#reward-gates).
     """
-    # By name, not from locals(): torch.compile (2.11) cannot trace locals(). tests/test_wire.py keeps these
-    # keys, the signature and wire.OPTION_NAMES equal.
+    # By name, not from locals(): torch.compile (2.11) cannot trace locals(). tests/test_tables.py keeps these
+    # keys, the signature and tables.OPTION_NAMES equal.
     opts = _options(
         method, preset, eps=eps, unbiased=unbiased, scale_by_std=scale_by_std, batch_norm=batch_norm,
         bn_eps=bn_eps, nan_policy=nan_policy, active_tol=active_tol, alpha=alpha, density_floor=density_floor,

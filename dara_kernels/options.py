@@ -3,8 +3,8 @@
 Precedence: an explicit keyword beats the preset, the preset beats the
 method's default. The resolved set is what every backend receives; its
 `kernel_vector()` is the `float[]` the compiled ops take, in the order of
-`wire.KERNEL_FIELDS`. Every option's check, default and encoding is a row of
-`wire.OPTIONS` / `wire.KERNEL_FIELDS`; defaults and presets: docs/spec.md#presets.
+`tables.KERNEL_FIELDS`. Every option's check, default and encoding is a row of
+`tables.OPTIONS` / `tables.KERNEL_FIELDS`; defaults and presets: docs/spec.md#presets.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any, Mapping, Optional
 
-from .wire import (
+from .tables import (
     GATE_PAIRS,
     KERNEL_FIELDS,
     METHOD_ONLY_OPTIONS,
@@ -48,14 +48,14 @@ def _kernel_vector(self, reject_inf: bool = False) -> list[float]:
     return scalars + [float(column) for pair in getattr(self, GATE_PAIRS) or () for column in pair]
 
 
-# One field per wire.OPTIONS row, after the method and preset; a method-only
+# One field per tables.OPTIONS row, after the method and preset; a method-only
 # option is None for the other methods.
 AdvantageOptions = dataclasses.make_dataclass(
     "AdvantageOptions",
     [("method", str), ("preset", str)] + [(o.name, Optional[_TYPES[o.check]]) for o in OPTIONS],
     frozen=True,
     namespace={"__post_init__": _kernel_vectors, "kernel_vector": _kernel_vector,
-               "__doc__": "The resolved options of one call (wire.OPTIONS)."},
+               "__doc__": "The resolved options of one call (tables.OPTIONS)."},
 )
 AdvantageOptions.__module__ = __name__
 

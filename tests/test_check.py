@@ -17,7 +17,7 @@ from dara_kernels.check import __main__ as check_main
 from dara_kernels.check import runner, sweeps
 from dara_kernels.check.cases import make_case
 from dara_kernels.check.table_sweeps import dtype_calls, k_range_calls, option_calls
-from dara_kernels.wire import OPTION_NAMES, PRESETS
+from dara_kernels.tables import OPTION_NAMES, PRESETS
 
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 

@@ -7,7 +7,7 @@ import torch
 import dara_kernels as dk
 from dara_kernels.check.cases import make_case
 from dara_kernels.options import resolve_options
-from dara_kernels.wire import ACCUMULATOR_SEGMENTS, MAX_REWARDS, combined_columns, segment_offsets
+from dara_kernels.tables import ACCUMULATOR_SEGMENTS, MAX_REWARDS, combined_columns, segment_offsets
 from tests.compare import assert_matches, tolerance
 from tests.sweep import (
     DTYPES,

@@ -11,7 +11,7 @@ import torch
 import dara_kernels as dk
 from dara_kernels.check.cases import make_case
 from dara_kernels.check.sweeps import OFFSET_RATIOS
-from dara_kernels.wire import MAX_REWARDS, OUTPUT_FIELDS
+from dara_kernels.tables import MAX_REWARDS, OUTPUT_FIELDS
 from tests.compare import assert_matches, tolerance
 from tests.sweep import (
     DTYPES,
@@ -90,9 +90,9 @@ def test_accumulate_counts_bad_rewards(policy, missing, gates):
     reward under a failing gate is still infinite (docs/spec.md#reward-gates)."""
     from dara_kernels.distributed import raise_on_bad_input
     from dara_kernels.options import resolve_options
+    from dara_kernels.tables import ACCUMULATOR_SEGMENTS, combined_columns, segment_offsets
     from dara_kernels.triton.fused import fused_advantage_triton
     from dara_kernels.validation import prepare_inputs
-    from dara_kernels.wire import ACCUMULATOR_SEGMENTS, combined_columns, segment_offsets
 
     rewards = make_case(9, "fixed", 3, nan_fraction=0.0, shape=(32, 4)).rewards
     rewards[[1, 30], [0, 2]] = torch.tensor([float("inf"), float("-inf")])

@@ -15,7 +15,7 @@ from typing import Iterator, Optional
 import torch
 
 from ..backends import Backend, registered
-from ..wire import METHODS
+from ..tables import METHODS
 from .batches import paper_batch, verl_shaped_batch
 from .compare import Comparison, compare
 from .sweeps import (

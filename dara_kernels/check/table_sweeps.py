@@ -1,5 +1,5 @@
-"""The check's calls taken from the tables (wire.METHODS, wire.OPTIONS,
-wire.PRESETS, wire.METHOD_TRAITS), so that a new method, option value or
+"""The check's calls taken from the tables (tables.METHODS, tables.OPTIONS,
+tables.PRESETS, tables.METHOD_TRAITS), so that a new method, option value or
 preset is checked without editing this file: every method at every K up to
 the widest backend's limit, every option's values, every preset, every
 reward dtype and every mask dtype."""
@@ -10,7 +10,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ..wire import METHOD_ONLY_OPTIONS, METHOD_PREDICATES, METHOD_TRAITS, METHODS, OPTIONS, PRESETS, Option
+from ..tables import METHOD_ONLY_OPTIONS, METHOD_PREDICATES, METHOD_TRAITS, METHODS, OPTIONS, PRESETS, Option
 from .cases import make_case
 from .sweeps import Call
 
@@ -100,7 +100,7 @@ def k_range_calls(max_k: int, edges: tuple[int, ...]) -> Iterator[Call]:
 
 
 def option_calls() -> Iterator[Call]:
-    """Every method with each value of every option it takes (wire.OPTIONS),
+    """Every method with each value of every option it takes (tables.OPTIONS),
     under every preset, with reward weights, and with reward bounds where
     its weights read the batch's extremes; K = 4, shuffled uneven groups, a
     bool mask (so that token normalisation has its weights)."""

@@ -1,13 +1,16 @@
 """The one definition of every table the Python, C++ and Triton code share:
-each method's traits, every option (its check, default and kernel encoding),
-the packed option vector, the accumulator wire format (what ranks all-reduce,
-docs/spec.md#distributed-mode), the per-group table accumulate leaves for
-apply, the output fields and the per-backend reward-column limits.
+each method's traits, every option (its kind, check, default and kernel
+encoding), the packed option vector, the accumulator wire format (what ranks
+all-reduce, docs/spec.md#distributed-mode), the per-group table accumulate
+leaves for apply, the output fields and the per-backend reward-column limits;
+besides the tables, the few pure functions that read sizes and codes off them
+(combined_columns, kernel_columns, segment_offsets, accumulator_sizes, ...).
 
-`csrc/core/wire.h` and `dara_kernels/triton/wire.py` are generated from these
-tables by `python scripts/generate_wire.py`; `tests/test_wire.py` fails when
-either is stale, so no copy can drift. The reference backend alone reads the
-options itself: it is the independent oracle these tables are tested against.
+`csrc/core/generated_tables.h` and `dara_kernels/triton/generated_tables.py`
+are generated from these tables by `python scripts/generate_tables.py`;
+`tests/test_tables.py` fails when either is stale, so no copy can drift. The
+reference backend alone reads the options itself: it is the independent oracle
+these tables are tested against.
 """
 from __future__ import annotations
 

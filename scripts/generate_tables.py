@@ -1,5 +1,8 @@
 """Writes (or with --check, verifies) the files generated from the tables in
-dara_kernels/tables.py: csrc/core/generated_tables.h and dara_kernels/triton/generated_tables.py.
+dara_kernels/tables.py: csrc/core/generated_tables.h, dara_kernels/triton/generated_tables.py,
+dara_kernels/generated_options.py (the AdvantageOptions dataclass), and the blocks of
+dara_kernels/api.py between "# BEGIN GENERATED <tag>" and "# END GENERATED <tag>" (fused_advantage's
+option keywords and the call that passes them on).
 
     python scripts/generate_tables.py [--check]
 """
@@ -163,6 +166,15 @@ def _cpp_group_table() -> list[str]:
     return lines
 
 
+def _indexed_option():
+    """The option whose kind indexes reward columns: its indices follow the option vector's scalar fields, read
+    by the kernels as each reward's gate (Options::gate)."""
+    if len(tables.INDEXED_COLUMNS) != 1:
+        raise SystemExit("the kernels read one option's column indices (reward_gates' pairs) after the scalar "
+                         f"fields; tables.INDEXED_COLUMNS is {tables.INDEXED_COLUMNS}")
+    return next(o for o in tables.OPTIONS if o.name == tables.INDEXED_COLUMNS[0])
+
+
 def cpp_header() -> str:
     lines = [f"// {_HEADER_NOTE}", "// The tables every compiled backend shares with Python (docs/architecture.md).",
              "#pragma once", "#include <cstdint>", "", '#include "host_device.h"', "", "namespace dara {", ""]
@@ -174,8 +186,15 @@ def cpp_header() -> str:
     lines += [f"constexpr int kMax{_camel(b)}Rewards = {v};" for b, v in tables.MAX_REWARDS.items()]
     lines.append(f"constexpr int kMaxRewards = {max(tables.MAX_REWARDS.values())};")
     lines += ["", *_cpp_columns()]
-    lines += ["// The scalar fields; (gated, gate) column pairs may follow (tables.GATE_PAIRS).",
-              f"constexpr int kNumOptions = {len(tables.KERNEL_FIELDS)};", f"constexpr int kNoGate = {tables.NO_GATE};",
+    indexed = _indexed_option()
+    lines += [f"// The scalar fields; the column indices of {indexed.name} may follow, kColumnEntry an entry",
+              "// (its kind indexes reward columns: tables.INDEXED_COLUMNS).",
+              f"constexpr int kNumOptions = {len(tables.KERNEL_FIELDS)};",
+              f"constexpr int kColumnEntry = {tables.OPTION_KINDS[indexed.kind].entry};",
+              f"constexpr int kNoGate = {tables.NO_GATE};", "",
+              "// Whether a value after the scalar fields is a reward column below K (both bindings check each one,",
+              "// csrc/input_checks.h, as validation.py does in Python).",
+              "inline bool is_reward_column(double v, int K) { return v >= 0.0 && v < K && v == static_cast<int>(v); }",
               "", "struct Options {"]
     lines += [f"  {f.ctype} {f.name};" for f in tables.KERNEL_FIELDS]
     lines += ["  // Some reward has a gate; each reward's gate column, or kNoGate.", "  bool gated;",
@@ -286,7 +305,64 @@ def triton_module() -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-GENERATED = {"csrc/core/generated_tables.h": cpp_header, "dara_kernels/triton/generated_tables.py": triton_module}
+def options_module() -> str:
+    """The AdvantageOptions dataclass: the method, the preset and one typed field per OPTIONS row."""
+    fields = [f"    {o.name}: {tables.OPTION_KINDS[o.kind].field_type}" for o in tables.OPTIONS]
+    return "\n".join([
+        f'"""{_HEADER_NOTE}', "",
+        "The resolved options of one call, one field per tables.OPTIONS row typed by its kind",
+        '(tables.OPTION_KINDS)."""', "from __future__ import annotations", "", "from dataclasses import dataclass",
+        "from typing import Optional", "",
+        "from .tables import kernel_vector", "", "",
+        "@dataclass(frozen=True)", "class AdvantageOptions:",
+        '    """The resolved options of one call (options.resolve_options): the method, the preset, then each',
+        '    option; a method-only option is None for the other methods."""', "",
+        "    method: str", "    preset: str", *fields, "",
+        "    def __post_init__(self) -> None:",
+        "        # kernel_vector() without and with reject_inf, packed once per option set: a small batch's call",
+        "        # would otherwise spend microseconds hashing the options to look them up. Not a field (no part of",
+        "        # ==, hash or repr).",
+        '        object.__setattr__(self, "kernel_vectors", (self.kernel_vector(False), self.kernel_vector(True)))', "",
+        "    def kernel_vector(self, reject_inf: bool = False) -> list[float]:",
+        '        """The packed option vector (tables.kernel_vector); reject_inf: the kernel raises on a +-Inf',
+        '        reward (the CPU kernel\'s own check)."""',
+        "        return kernel_vector(self, reject_inf)", ""])
+
+
+def _keyword_lines(indent: str) -> list[str]:
+    return [f"{indent}{o.name}: {tables.OPTION_KINDS[o.kind].keyword_type} = None," for o in tables.OPTIONS]
+
+
+def _argument_lines(indent: str) -> list[str]:
+    wrapped = textwrap.wrap(", ".join(f"{name}={name}" for name in tables.OPTION_NAMES), _LINE - len(indent))
+    return [f"{indent}{line}" for line in wrapped[:-1]] + [f"{indent}{wrapped[-1]},"]
+
+
+_LINE = 120
+# fused_advantage's option keywords, and the call that passes each on by name (torch.compile cannot trace
+# locals()): blocks of api.py, so that the public signature stays in the source editors and help() read.
+API_BLOCKS = {"option keywords": _keyword_lines, "option arguments": _argument_lines}
+
+
+def with_blocks(text: str, blocks) -> str:
+    """text with the lines between each "# BEGIN GENERATED <tag>" and "# END GENERATED <tag>" rendered anew,
+    at the BEGIN line's indent."""
+    lines = text.split("\n")
+    for tag, render in blocks.items():
+        begin = [i for i, line in enumerate(lines) if line.strip().startswith(f"# BEGIN GENERATED {tag}")]
+        end = [i for i, line in enumerate(lines) if line.strip() == f"# END GENERATED {tag}"]
+        if len(begin) != 1 or len(end) != 1 or end[0] < begin[0]:
+            raise SystemExit(f"expected one '# BEGIN GENERATED {tag}' ... '# END GENERATED {tag}' block")
+        indent = lines[begin[0]][:len(lines[begin[0]]) - len(lines[begin[0]].lstrip())]
+        lines[begin[0] + 1:end[0]] = render(indent)
+    return "\n".join(lines)
+
+
+# Each generated file (or file with generated blocks) and its rendering from the current text (None if absent).
+GENERATED = {"csrc/core/generated_tables.h": lambda current: cpp_header(),
+             "dara_kernels/triton/generated_tables.py": lambda current: triton_module(),
+             "dara_kernels/generated_options.py": lambda current: options_module(),
+             "dara_kernels/api.py": lambda current: with_blocks(current, API_BLOCKS)}
 
 
 def stale_or_write(root: pathlib.Path, write: bool) -> list[str]:
@@ -294,8 +370,9 @@ def stale_or_write(root: pathlib.Path, write: bool) -> list[str]:
     stale = []
     for relative, render in GENERATED.items():
         path = root / relative
-        text = render()
-        if path.exists() and path.read_text() == text:
+        current = path.read_text() if path.exists() else None
+        text = render(current)
+        if current == text:
             continue
         stale.append(relative)
         if write:

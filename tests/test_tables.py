@@ -12,12 +12,49 @@ from dara_kernels import tables
 from dara_kernels.check.cases import make_case
 from dara_kernels.options import resolve_options
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
 
 def test_generated_files_are_current():
     from scripts.generate_tables import stale_or_write
 
-    root = pathlib.Path(__file__).resolve().parent.parent
-    assert stale_or_write(root, write=False) == [], "run python scripts/generate_tables.py and commit the result"
+    assert stale_or_write(ROOT, write=False) == [], "run python scripts/generate_tables.py and commit the result"
+
+
+def test_generated_files_go_stale_when_the_option_table_changes(monkeypatch):
+    """One option more in the table: the C++ header, the Triton module, the AdvantageOptions dataclass and
+    fused_advantage's generated keywords all differ from what is committed, and --check fails."""
+    from scripts import generate_tables
+
+    option = tables.Option("new_cap", "cap")
+    monkeypatch.setattr(tables, "OPTIONS", tables.OPTIONS + (option,))
+    monkeypatch.setattr(tables, "OPTION_NAMES", tables.OPTION_NAMES + ("new_cap",))
+    monkeypatch.setattr(tables, "KERNEL_FIELDS", tables.KERNEL_FIELDS + (tables.KernelField("new_cap", "double"),))
+    assert sorted(generate_tables.stale_or_write(ROOT, write=False)) == sorted(generate_tables.GENERATED)
+    api = generate_tables.GENERATED["dara_kernels/api.py"]((ROOT / "dara_kernels/api.py").read_text())
+    assert "    new_cap: Optional[float] = None,\n" in api and "new_cap=new_cap," in api
+    assert "    new_cap: Optional[float]\n" in generate_tables.options_module()
+    monkeypatch.setattr(generate_tables, "ROOT", ROOT)
+    monkeypatch.setattr("sys.argv", ["generate_tables.py", "--check"])
+    assert generate_tables.main() == 1
+
+
+def test_a_kind_row_types_the_keyword_and_the_field():
+    """fused_advantage's keywords and AdvantageOptions' fields carry their kind's annotations, visible to
+    inspect.signature and to a type checker (a static dataclass)."""
+    parameters = inspect.signature(dk.fused_advantage).parameters
+    fields = {f.name: f.type for f in dataclasses.fields(dk.AdvantageOptions)}
+    for option in tables.OPTIONS:
+        kind = tables.OPTION_KINDS[option.kind]
+        assert parameters[option.name].annotation == kind.keyword_type and parameters[option.name].default is None
+        assert fields[option.name] == kind.field_type
+    assert dataclasses.is_dataclass(dk.AdvantageOptions) and dk.AdvantageOptions.__dataclass_params__.frozen
+
+
+def test_every_option_has_a_kind_row():
+    assert {o.kind for o in tables.OPTIONS} <= set(tables.OPTION_KINDS)
+    assert tables.COLUMN_OPTIONS == ("reward_names", "reward_gates")
+    assert tables.NAMED_COLUMNS == "reward_names" and tables.INDEXED_COLUMNS == ("reward_gates",)
 
 
 def test_fused_advantage_takes_every_option_of_the_table():
@@ -130,3 +167,62 @@ def test_kernel_accumulators_have_the_wire_size(method):
                                          opts.kernel_vector())
     columns = tables.combined_columns(method, 4, opts.calibration == "positive")
     assert (acc.numel(), ext.numel()) == tables.accumulator_sizes(4, columns)
+
+
+@pytest.mark.skipif(not dk.extension_available(), reason="needs the compiled extension")
+@pytest.mark.parametrize("tail,match", [
+    ([1.0, 0.0], None), ([3.0, 0.0], "index below K = 3, got 3"), ([1.0, -1.0], "index below K = 3, got -1"),
+    ([1.0, 0.5], "index below K = 3, got 0.5"), ([1.0], "options and \\(gated, gate\\) column pairs, got 20"),
+])
+def test_the_binding_checks_the_indexed_columns_against_k(tail, match):
+    """The values after the scalar fields index reward columns (tables.INDEXED_COLUMNS): the C++ binding checks
+    each is a whole number below K (the generated is_reward_column) and that they come in whole entries."""
+    case = make_case(0, "fixed", 3, shape=(16, 4))
+    vector = resolve_options("gdpo", None).kernel_vector() + tail
+    call = lambda: torch.ops.dara.fused_advantage(case.rewards, None, 4, torch.ones(3, dtype=torch.float64),  # noqa
+                                                  None, None, None, None, None, vector)
+    if match is None:
+        call()
+    else:
+        with pytest.raises(RuntimeError, match=match):
+            call()
+
+
+@pytest.mark.parametrize("names,gates,match", [
+    (["a", "b"], None, "reward_names must name each of the K=3 reward columns, got 2 names"),
+    (None, {3: 0}, "reward_gates: column index 3 is out of range for K=3 reward columns \\(0 to 2\\)"),
+])
+def test_options_that_name_or_index_columns_are_checked_against_k(names, gates, match):
+    with pytest.raises(ValueError, match=match):
+        dk.fused_advantage(torch.rand(8, 3), 4, reward_names=names, reward_gates=gates)
+
+
+def test_a_mapping_of_gates_is_a_cache_key():
+    """The gates kind's cache key (tables.OPTION_KINDS) freezes a mapping, so a call with the same gates hits
+    the resolved-options cache instead of resolving them again."""
+    from dara_kernels import api
+
+    rewards = torch.rand(8, 3)
+    dk.fused_advantage(rewards, 4, reward_gates={2: 0}, reward_names=["a", "b", "c"])
+    hits = api._resolved.cache_info().hits
+    dk.fused_advantage(rewards, 4, reward_gates={2: 0}, reward_names=["a", "b", "c"])
+    assert api._resolved.cache_info().hits == hits + 1
+
+
+def test_the_check_sweeps_every_sample_of_every_option():
+    """The check's option calls run each sample value of every option's kind (tables.OPTION_KINDS)."""
+    from dara_kernels.check.table_sweeps import option_calls
+
+    seen = {(name, repr(value)) for call in option_calls() for name, value in call.options.items()}
+    for option in tables.OPTIONS:
+        methods = tables.METHOD_ONLY_OPTIONS.get(option.name, tables.METHODS)
+        for method in methods:
+            default = tables.METHOD_TRAITS[method].options.get(option.name, option.default)
+            for value in tables.OPTION_KINDS[option.kind].samples(option, default):
+                assert (option.name, repr(value)) in seen, (option.name, value)
+
+
+def test_a_scalar_option_is_keyed_as_given():
+    """A scalar kind's cache key is the value itself: a list given for a number is reported as a list."""
+    with pytest.raises(TypeError, match="eps must be a real number, got list"):
+        dk.fused_advantage(torch.rand(8, 2), 4, eps=[1e-6])

@@ -59,9 +59,15 @@ DARA_HD constexpr bool columns_follow_k(Columns mode) {
   return mode == Columns::kGroupWeighted || mode == Columns::kPositiveParts || mode == Columns::kPerReward;
 }
 
-// The scalar fields; (gated, gate) column pairs may follow (tables.GATE_PAIRS).
+// The scalar fields; the column indices of reward_gates may follow, kColumnEntry an entry
+// (its kind indexes reward columns: tables.INDEXED_COLUMNS).
 constexpr int kNumOptions = 19;
+constexpr int kColumnEntry = 2;
 constexpr int kNoGate = -1;
+
+// Whether a value after the scalar fields is a reward column below K (both bindings check each one,
+// csrc/input_checks.h, as validation.py does in Python).
+inline bool is_reward_column(double v, int K) { return v >= 0.0 && v < K && v == static_cast<int>(v); }
 
 struct Options {
   int method;

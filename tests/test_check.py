@@ -111,6 +111,19 @@ def test_the_sweep_comes_from_the_tables():
     assert {call.options["method"] for call in dtype_calls()} == set(dk.METHODS)
 
 
+def test_the_check_runs_every_edge_sweep():
+    """check_calls takes every sweep of sweeps.EDGE_SWEEPS, and that list holds every sweep of sweeps.py that
+    needs no argument (offset_calls, per method, is the one the check and the tests call by hand)."""
+    import inspect
+
+    labels = [call.describe() for call in runner.check_calls(1, (1,))]
+    for name, calls in sweeps.EDGE_SWEEPS.items():
+        assert all(call.describe() in labels for call in calls()), name
+    argument_free = {f for name, f in vars(sweeps).items() if name.endswith("_calls") and inspect.isfunction(f)
+                     and all(p.default is not p.empty for p in inspect.signature(f).parameters.values())}
+    assert argument_free - {sweeps.offset_calls} == set(sweeps.EDGE_SWEEPS.values())
+
+
 def _fake_backend(name="fake", wrong=None, max_rewards=None):
     """A backend record that is the CPU backend, its output passed through `wrong`."""
     cpu = backends.backend("cpu")

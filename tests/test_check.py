@@ -100,8 +100,8 @@ def test_a_required_backend_that_cannot_run_fails_the_check(monkeypatch, capsys)
 
 
 def test_the_sweep_comes_from_the_tables():
-    """Every method, every option (each value: an option of a kind without a
-    rule stops the check), every preset, every K up to the widest limit."""
+    """Every method, every option (each sample value of its kind's row,
+    tables.OPTION_KINDS), every preset, every K up to the widest limit."""
     seen = {(name, repr(value)) for call in option_calls() for name, value in call.options.items()}
     assert {name for name, _ in seen} >= set(OPTION_NAMES) | {"method", "preset"}
     assert {value for name, value in seen if name == "method"} == {repr(m) for m in dk.METHODS}

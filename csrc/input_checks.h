@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "core/wire.h"
+#include "core/generated_tables.h"
 
 namespace dara {
 
@@ -32,14 +32,15 @@ inline void check_elements(const OptTensor& t, int64_t size, const char* name) {
   TORCH_CHECK(t->numel() == size, "dara: ", name, " must have ", size, " elements, got ", t->numel());
 }
 
-// The option vector: the scalar fields, then (gated, gate) pairs of columns below K (wire.GATE_PAIRS).
+// The option vector: the scalar fields, then the column indices of the option whose kind indexes reward
+// columns (tables.INDEXED_COLUMNS: reward_gates' (gated, gate) pairs), each below K (is_reward_column).
 inline Options checked_options(at::ArrayRef<double> options, int K) {
-  const int64_t pairs = static_cast<int64_t>(options.size()) - kNumOptions;
-  TORCH_CHECK(pairs >= 0 && pairs % 2 == 0, "dara: expected ", kNumOptions,
+  const int64_t columns = static_cast<int64_t>(options.size()) - kNumOptions;
+  TORCH_CHECK(columns >= 0 && columns % kColumnEntry == 0, "dara: expected ", kNumOptions,
               " options and (gated, gate) column pairs, got ", options.size(), " values");
   for (size_t i = kNumOptions; i < options.size(); ++i) {
-    TORCH_CHECK(options[i] >= 0.0 && options[i] < K && options[i] == static_cast<int>(options[i]),
-                "dara: a gate pair's column must be an index below K = ", K, ", got ", options[i]);
+    TORCH_CHECK(is_reward_column(options[i], K), "dara: a gate pair's column must be an index below K = ", K, ", got ",
+                options[i]);
   }
   return options_from_vector(options.data(), static_cast<int64_t>(options.size()));
 }

@@ -1,12 +1,12 @@
-// Registers the dara op schemas (generated into core/wire.h from
-// dara_kernels/wire.py). Implementations register per device in
+// Registers the dara op schemas (generated into core/generated_tables.h from
+// dara_kernels/tables.py). Implementations register per device in
 // cpu/binding.cpp and cuda/binding.cpp (device_layout, for every device, in
 // device_layout.cpp); the fake kernels
 // for torch.compile live in dara_kernels/_ops.py.
 #include <Python.h>
 #include <torch/library.h>
 
-#include "core/wire.h"
+#include "core/generated_tables.h"
 
 extern "C" {
 // An importable module so `import dara_kernels._C` loads the op registrations.

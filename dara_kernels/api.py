@@ -10,6 +10,7 @@ from . import backends
 from .distributed import distributed_advantage
 from .options import AdvantageOptions, resolve_options
 from .output import AdvantageOutput
+from .tables import COLUMN_OPTIONS, OPTION_KINDS, OPTIONS
 from .validation import prepare_inputs, reward_matrix
 
 TensorLike = Union[torch.Tensor, Sequence[float]]
@@ -23,11 +24,8 @@ def _resolved(method, preset, given: tuple) -> AdvantageOptions:
     return resolve_options(method, preset, **{name: value for name, _, value in given})
 
 
-def _frozen(value):
-    """A list of reward names or a mapping of reward gates as a tuple, so that it can be a cache key."""
-    if isinstance(value, Mapping):
-        return tuple(value.items())
-    return tuple(value) if isinstance(value, list) else value
+# Each option's cache key, by its kind (tables.OPTION_KINDS).
+_CACHE_KEYS = {o.name: OPTION_KINDS[o.kind].cache_key for o in OPTIONS}
 
 
 def _types(value):
@@ -44,7 +42,8 @@ def _options(method, preset, **given) -> AdvantageOptions:
     of its call here. The key holds the type of each value and of everything
     inside it, so values equal as keys (1 and True, {0: 1} and {0.0: 1}) are
     still checked separately."""
-    key = tuple((name, _types(value), _frozen(value)) for name, value in given.items() if value is not None)
+    key = tuple((name, _types(value), _CACHE_KEYS[name](value)) for name, value in given.items()
+                if value is not None)
     try:
         return _resolved(method, preset, key)
     except TypeError as err:
@@ -61,20 +60,21 @@ def fused_advantage(
     method: str = "dara",
     preset: Optional[str] = None,
     reward_weights: Optional[TensorLike] = None,
+    response_mask: Optional[torch.Tensor] = None,
+    response_lengths: Optional[torch.Tensor] = None,
+    reward_bounds: Optional[TensorLike] = None,
+    # BEGIN GENERATED option keywords: one per tables.OPTIONS row (python scripts/generate_tables.py)
     eps: Optional[float] = None,
     unbiased: Optional[bool] = None,
     scale_by_std: Optional[bool] = None,
     batch_norm: Optional[str] = None,
     bn_eps: Optional[float] = None,
-    response_mask: Optional[torch.Tensor] = None,
-    response_lengths: Optional[torch.Tensor] = None,
     nan_policy: Optional[str] = None,
     active_tol: Optional[float] = None,
     alpha: Optional[float] = None,
     density_floor: Optional[float] = None,
     saw_delta: Optional[float] = None,
     sa_gamma: Optional[float] = None,
-    reward_bounds: Optional[TensorLike] = None,
     apply_query_scale: Optional[bool] = None,
     singleton: Optional[str] = None,
     calibration: Optional[str] = None,
@@ -83,6 +83,7 @@ def fused_advantage(
     no_signal: Optional[str] = None,
     reward_names: Optional[Sequence[str]] = None,
     reward_gates: Optional[Mapping[Union[str, int], Union[str, int]]] = None,
+    # END GENERATED option keywords
     backend: str = "auto",
     validate: bool = True,
     process_group=None,
@@ -93,26 +94,28 @@ def fused_advantage(
     per reward; NaN marks a reward that could not score a response. Give the
     groups as `group_size` (contiguous blocks) or `group_index` (any ids).
     Options left as None take the preset's value, then the method's default
-    (each option's row in wire.OPTIONS). reward_gates={"length": "correct"}
+    (each option's row in tables.OPTIONS). reward_gates={"length": "correct"}
     (names from reward_names, or column indices) lets a reward count only
     where its gate passes (docs/spec.md#reward-gates).
     """
-    # By name, not from locals(): torch.compile (2.11) cannot trace locals(). tests/test_wire.py keeps these
-    # keys, the signature and wire.OPTION_NAMES equal.
+    # By name, not from locals(): torch.compile (2.11) cannot trace locals().
     opts = _options(
-        method, preset, eps=eps, unbiased=unbiased, scale_by_std=scale_by_std, batch_norm=batch_norm,
-        bn_eps=bn_eps, nan_policy=nan_policy, active_tol=active_tol, alpha=alpha, density_floor=density_floor,
-        saw_delta=saw_delta, sa_gamma=sa_gamma, apply_query_scale=apply_query_scale, singleton=singleton,
-        calibration=calibration, max_weight=max_weight, rvpo_k=rvpo_k, no_signal=no_signal,
-        reward_names=reward_names, reward_gates=reward_gates)
+        method, preset,
+        # BEGIN GENERATED option arguments: each option keyword by name (python scripts/generate_tables.py)
+        eps=eps, unbiased=unbiased, scale_by_std=scale_by_std, batch_norm=batch_norm, bn_eps=bn_eps,
+        nan_policy=nan_policy, active_tol=active_tol, alpha=alpha, density_floor=density_floor, saw_delta=saw_delta,
+        sa_gamma=sa_gamma, apply_query_scale=apply_query_scale, singleton=singleton, calibration=calibration,
+        max_weight=max_weight, rvpo_k=rvpo_k, no_signal=no_signal, reward_names=reward_names, reward_gates=reward_gates,
+        # END GENERATED option arguments
+    )
     rewards = reward_matrix(rewards)
     record = backends.choose_backend(backend, rewards.device, rewards.shape[1])
     inputs = prepare_inputs(
         rewards, group_size=group_size, group_index=group_index, reward_weights=reward_weights,
         response_mask=response_mask, response_lengths=response_lengths,
         reward_bounds=reward_bounds, nan_policy=opts.nan_policy, batch_norm=opts.batch_norm,
-        reward_names=opts.reward_names, reward_gates=opts.reward_gates, validate=validate,
-        value_checks="reduced" if process_group is not None else record.value_checks)
+        validate=validate, value_checks="reduced" if process_group is not None else record.value_checks,
+        **{name: getattr(opts, name) for name in COLUMN_OPTIONS})
     if process_group is None:
         return record.run(inputs, opts)
     return distributed_advantage(record, inputs, opts, process_group)

@@ -20,7 +20,7 @@ import torch
 from . import _ops
 from .output import AdvantageOutput
 from .reference import reference_advantage
-from .wire import MAX_REWARDS
+from .tables import MAX_REWARDS
 
 # reduce(accumulators, extrema) -> (accumulators, extrema): distributed mode's all-reduce between the stages.
 Reduce = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]

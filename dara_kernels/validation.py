@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 import torch
 
+from .option_checks import check_against_k
+from .tables import OPTION_KINDS, OPTIONS
+
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 INDEX_DTYPES = (torch.int32, torch.int64)
+# The options checked against K, and how their values relate to the reward columns (tables.OptionKind.columns).
+_COLUMN_KINDS = {o.name: OPTION_KINDS[o.kind].columns for o in OPTIONS if OPTION_KINDS[o.kind].columns}
 
 
 class PreparedInputs(NamedTuple):
@@ -106,29 +111,54 @@ def prepare_inputs(
     batch_norm: str,
     validate: bool,
     value_checks: str = "here",
-    reward_names=None,
-    reward_gates=None,
+    **column_options,
 ) -> PreparedInputs:
-    """value_checks says who checks the rewards for +-Inf (and NaN under
-    nan_policy="raise") and the lengths for negatives: "here"; "cpu-kernel"
-    (the CPU kernel counts +-Inf in its own pass, so no separate pass here
-    unless nan_policy="raise" reads the rewards here anyway; NaN and lengths
-    are checked here); "reduced" (distributed mode: every
-    rank's kernel counts them into the accumulators, and after the
-    all-reduce every rank raises the same error, so none waits in a
-    collective for a rank that raised alone)."""
+    """Every input checked and in the form the backends take, one step per
+    input: check_reward_columns, group_layout, weights, bounds, token_inputs,
+    check_reward_values (each names what it checks).
+
+    column_options: the resolved options whose kind names or indexes the reward
+    columns (tables.OptionKind.columns: reward_names, reward_gates), checked
+    against K. value_checks says who checks the rewards for +-Inf (and NaN
+    under nan_policy="raise") and the lengths for negatives: "here";
+    "cpu-kernel" (the CPU kernel counts +-Inf in its own pass, so no separate
+    pass here unless nan_policy="raise" reads the rewards here anyway; NaN and
+    lengths are checked here); "reduced" (distributed mode: every rank's
+    kernel counts them into the accumulators, and after the all-reduce every
+    rank raises the same error, so none waits in a collective for a rank that
+    raised alone)."""
     rewards = reward_matrix(rewards)
     n, k = rewards.shape
     device = rewards.device
     compiling = torch.compiler.is_compiling()
-    if reward_names is not None and len(reward_names) != k:
-        raise ValueError(f"reward_names must name each of the K={k} reward columns, got {len(reward_names)} "
-                         f"names: {list(reward_names)}")
-    if reward_gates is not None and max(max(pair) for pair in reward_gates) >= k:
-        raise ValueError(f"reward_gates: column index {max(max(pair) for pair in reward_gates)} is out of range "
-                         f"for K={k} reward columns (0 to {k - 1})")
-    validate = validate and value_checks_possible(device, compiling)
+    check_reward_columns(k, column_options)
+    read_values = validate and value_checks_possible(device, compiling)
+    group_size, group_index = group_layout(n, group_size, group_index, device)
+    weights = reward_weight_vector(reward_weights, k, device, compiling, read_values)
+    bounds = bounds_table(reward_bounds, k, device, read_values)
+    mask, lengths = token_inputs(response_mask, response_lengths, batch_norm, n, device,
+                                 read_values and value_checks != "reduced")
+    if read_values and n and value_checks != "reduced":
+        check_reward_values(rewards, nan_policy, infinite=value_checks == "here" or nan_policy == "raise")
+    return PreparedInputs(rewards, group_size or 0, group_index, weights, mask, lengths, bounds,
+                          read_values and value_checks == "cpu-kernel", read_values and value_checks == "reduced",
+                          batch_norm == "token")
 
+
+def check_reward_columns(k: int, column_options: Mapping[str, Any]) -> None:
+    """Each option whose kind names the reward columns has K names, and each whose kind indexes them
+    (by now resolved to column indices) indexes one below K (tables.OPTION_KINDS)."""
+    for name in column_options:
+        if name not in _COLUMN_KINDS:
+            raise TypeError(f"prepare_inputs() got an unexpected keyword argument {name!r}")
+    for name, columns in _COLUMN_KINDS.items():
+        if column_options.get(name) is not None:
+            check_against_k(name, columns, column_options[name], k)
+
+
+def group_layout(n: int, group_size: Optional[int], group_index, device: torch.device):
+    """Exactly one of group_size (an int >= 1 that divides N) and group_index (an int32 or int64 [N] tensor on
+    the rewards' device, returned as contiguous int64)."""
     if (group_size is None) == (group_index is None):
         raise ValueError("pass exactly one of group_size or group_index")
     if group_size is not None:
@@ -138,34 +168,48 @@ def prepare_inputs(
             raise ValueError(f"group_size must be >= 1, got {group_size}")
         if n % group_size:
             raise ValueError(f"group_size={group_size} does not divide the number of rows N={n}")
-    else:
-        group_index = _check_tensor("group_index", group_index, device)
-        if group_index.dtype not in INDEX_DTYPES:
-            raise TypeError(f"group_index must be int32 or int64, got {group_index.dtype}")
-        if group_index.shape != (n,):
-            raise ValueError(f"group_index must have shape [N]=[{n}], got {tuple(group_index.shape)}")
-        group_index = group_index.to(torch.int64).contiguous()
+        return group_size, None
+    group_index = _check_tensor("group_index", group_index, device)
+    if group_index.dtype not in INDEX_DTYPES:
+        raise TypeError(f"group_index must be int32 or int64, got {group_index.dtype}")
+    if group_index.shape != (n,):
+        raise ValueError(f"group_index must have shape [N]=[{n}], got {tuple(group_index.shape)}")
+    return None, group_index.to(torch.int64).contiguous()
 
+
+def reward_weight_vector(reward_weights, k: int, device: torch.device, compiling: bool,
+                         read_values: bool) -> torch.Tensor:
+    """reward_weights as a contiguous float64 [K] (ones when not given), finite where values can be read."""
     if reward_weights is None:
         weights = _unit_weights(k, device) if not compiling else torch.ones(k, dtype=torch.float64, device=device)
     else:
         weights = torch.as_tensor(reward_weights, dtype=torch.float64, device=device)
         if weights.shape != (k,):
             raise ValueError(f"reward_weights must have shape [K]=[{k}], got {tuple(weights.shape)}")
-        if validate and not torch.isfinite(weights).all():
+        if read_values and not torch.isfinite(weights).all():
             raise ValueError("reward_weights must be finite")
-    weights = weights.contiguous()
+    return weights.contiguous()
 
-    bounds = None
-    if reward_bounds is not None:
-        bounds = torch.as_tensor(reward_bounds, dtype=torch.float64, device=device)
-        if bounds.shape != (k, 2):
-            raise ValueError(f"reward_bounds must have shape [K, 2]=[{k}, 2] of (lo, hi), "
-                             f"got {tuple(bounds.shape)}")
-        if validate and (not torch.isfinite(bounds).all() or (bounds[:, 0] > bounds[:, 1]).any()):
-            raise ValueError("reward_bounds must be finite with lo <= hi in every row")
-        bounds = bounds.contiguous()
 
+def bounds_table(reward_bounds, k: int, device: torch.device, read_values: bool) -> Optional[torch.Tensor]:
+    """reward_bounds as a contiguous float64 [K, 2] of (lo, hi), finite with lo <= hi where values can be
+    read; None when not given."""
+    if reward_bounds is None:
+        return None
+    bounds = torch.as_tensor(reward_bounds, dtype=torch.float64, device=device)
+    if bounds.shape != (k, 2):
+        raise ValueError(f"reward_bounds must have shape [K, 2]=[{k}, 2] of (lo, hi), "
+                         f"got {tuple(bounds.shape)}")
+    if read_values and (not torch.isfinite(bounds).all() or (bounds[:, 0] > bounds[:, 1]).any()):
+        raise ValueError("reward_bounds must be finite with lo <= hi in every row")
+    return bounds.contiguous()
+
+
+def token_inputs(response_mask, response_lengths, batch_norm: str, n: int, device: torch.device,
+                 check_lengths: bool):
+    """(mask, lengths): at most one of response_mask ([N, T], not complex, contiguous) and response_lengths
+    ([N] integer or floating, as float64; none negative when check_lengths), and one of them under
+    batch_norm="token"."""
     if response_mask is not None and response_lengths is not None:
         raise ValueError("pass response_mask or response_lengths, not both "
                          "(token weights are the mask's row sums)")
@@ -185,19 +229,18 @@ def prepare_inputs(
         if lengths.dtype == torch.bool or lengths.is_complex():
             raise TypeError(f"response_lengths must be integer or floating, got {lengths.dtype}")
         lengths = lengths.to(torch.float64).contiguous()
-        if validate and value_checks != "reduced" and (lengths < 0).any():
+        if check_lengths and (lengths < 0).any():
             raise ValueError(f"response_lengths must be >= 0; row {int(torch.nonzero(lengths < 0)[0])} is negative")
     if batch_norm == "token" and mask is None and lengths is None:
         raise ValueError('batch_norm="token" needs response_mask or response_lengths for token weights')
+    return mask, lengths
 
-    if validate and n and value_checks != "reduced":
-        # Under nan_policy="raise" the rewards are read here anyway, and an
-        # Inf is still reported before a NaN.
-        if value_checks == "here" or nan_policy == "raise":
-            _finite_or_raise("rewards", rewards)
-        if nan_policy == "raise" and torch.isnan(rewards).any():
-            row, col = torch.nonzero(torch.isnan(rewards))[0].tolist()
-            raise ValueError(f'rewards has NaN at row {row}, column {col} and nan_policy="raise"')
-    return PreparedInputs(rewards, group_size or 0, group_index, weights, mask, lengths, bounds,
-                          validate and value_checks == "cpu-kernel", validate and value_checks == "reduced",
-                          batch_norm == "token")
+
+def check_reward_values(rewards: torch.Tensor, nan_policy: str, infinite: bool) -> None:
+    """No +-Inf reward (when `infinite`), and no NaN under nan_policy="raise". Under nan_policy="raise" the
+    rewards are read here anyway, and an Inf is still reported before a NaN."""
+    if infinite:
+        _finite_or_raise("rewards", rewards)
+    if nan_policy == "raise" and torch.isnan(rewards).any():
+        row, col = torch.nonzero(torch.isnan(rewards))[0].tolist()
+        raise ValueError(f'rewards has NaN at row {row}, column {col} and nan_policy="raise"')

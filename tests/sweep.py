@@ -1,6 +1,6 @@
 """The backend-vs-reference comparison shared by each backend's test file: the
-full sweep here, the edge sweeps from dara_kernels/check/sweeps.py (which the
-installed check runs too)."""
+full sweep here, the edge sweeps from dara_kernels/check/sweeps.py (EDGE_SWEEPS
+and the offsets, which the installed check runs too)."""
 from __future__ import annotations
 
 import itertools
@@ -9,16 +9,7 @@ import pytest
 import torch
 
 from dara_kernels.check.cases import make_case
-from dara_kernels.check.sweeps import (
-    OFFSET_RATIOS,
-    Call,
-    calibration_calls,
-    gate_calls,
-    no_signal_calls,
-    offset_calls,
-    soft_minimum_calls,
-    spreadless_calls,
-)
+from dara_kernels.check.sweeps import EDGE_SWEEPS, OFFSET_RATIOS, Call, offset_calls
 from tests.compare import assert_matches, tolerance
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
@@ -74,21 +65,6 @@ def offset_sweep(backend: str, method: str, device: str = "cpu", ratios: tuple =
     return run_calls(backend, offset_calls(method, ratios=ratios), device)
 
 
-def calibration_sweep(backend: str, device: str = "cpu") -> int:
-    return run_calls(backend, calibration_calls(), device)
-
-
-def spreadless_batch_sweep(backend: str, device: str = "cpu") -> int:
-    return run_calls(backend, spreadless_calls(), device)
-
-
-def soft_minimum_sweep(backend: str, device: str = "cpu") -> int:
-    return run_calls(backend, soft_minimum_calls(), device)
-
-
-def no_signal_sweep(backend: str, device: str = "cpu") -> int:
-    return run_calls(backend, no_signal_calls(), device)
-
-
-def gate_sweep(backend: str, device: str = "cpu") -> int:
-    return run_calls(backend, gate_calls(), device)
+def edge_sweep(backend: str, name: str, device: str = "cpu") -> int:
+    """One of the check's edge sweeps (dara_kernels.check.sweeps.EDGE_SWEEPS) on a backend."""
+    return run_calls(backend, EDGE_SWEEPS[name](), device)

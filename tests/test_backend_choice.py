@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import dara_kernels as dk
-from dara_kernels.wire import MAX_REWARDS
+from dara_kernels.tables import MAX_REWARDS
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda", "triton"])

@@ -17,7 +17,7 @@ from dara_kernels.check import __main__ as check_main
 from dara_kernels.check import runner, sweeps
 from dara_kernels.check.cases import make_case
 from dara_kernels.check.table_sweeps import dtype_calls, k_range_calls, option_calls
-from dara_kernels.wire import OPTION_NAMES, PRESETS
+from dara_kernels.tables import OPTION_NAMES, PRESETS
 
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 
@@ -100,8 +100,8 @@ def test_a_required_backend_that_cannot_run_fails_the_check(monkeypatch, capsys)
 
 
 def test_the_sweep_comes_from_the_tables():
-    """Every method, every option (each value: an option of a kind without a
-    rule stops the check), every preset, every K up to the widest limit."""
+    """Every method, every option (each sample value of its kind's row,
+    tables.OPTION_KINDS), every preset, every K up to the widest limit."""
     seen = {(name, repr(value)) for call in option_calls() for name, value in call.options.items()}
     assert {name for name, _ in seen} >= set(OPTION_NAMES) | {"method", "preset"}
     assert {value for name, value in seen if name == "method"} == {repr(m) for m in dk.METHODS}
@@ -109,6 +109,19 @@ def test_the_sweep_comes_from_the_tables():
     ks = {call.rewards.shape[1] for call in k_range_calls(64, (1, 16, 64))}
     assert ks == set(range(1, 65))
     assert {call.options["method"] for call in dtype_calls()} == set(dk.METHODS)
+
+
+def test_the_check_runs_every_edge_sweep():
+    """check_calls takes every sweep of sweeps.EDGE_SWEEPS, and that list holds every sweep of sweeps.py that
+    needs no argument (offset_calls, per method, is the one the check and the tests call by hand)."""
+    import inspect
+
+    labels = [call.describe() for call in runner.check_calls(1, (1,))]
+    for name, calls in sweeps.EDGE_SWEEPS.items():
+        assert all(call.describe() in labels for call in calls()), name
+    argument_free = {f for name, f in vars(sweeps).items() if name.endswith("_calls") and inspect.isfunction(f)
+                     and all(p.default is not p.empty for p in inspect.signature(f).parameters.values())}
+    assert argument_free - {sweeps.offset_calls} == set(sweeps.EDGE_SWEEPS.values())
 
 
 def _fake_backend(name="fake", wrong=None, max_rewards=None):

@@ -6,19 +6,16 @@ import torch
 
 import dara_kernels as dk
 from dara_kernels.check.cases import make_case
+from dara_kernels.check.sweeps import EDGE_SWEEPS
 from dara_kernels.options import resolve_options
-from dara_kernels.wire import ACCUMULATOR_SEGMENTS, MAX_REWARDS, combined_columns, segment_offsets
+from dara_kernels.tables import ACCUMULATOR_SEGMENTS, MAX_REWARDS, combined_columns, segment_offsets
 from tests.compare import assert_matches, tolerance
 from tests.sweep import (
     DTYPES,
     KS,
     LAYOUTS,
-    calibration_sweep,
-    gate_sweep,
-    no_signal_sweep,
+    edge_sweep,
     offset_sweep,
-    soft_minimum_sweep,
-    spreadless_batch_sweep,
     sweep_against_reference,
 )
 
@@ -40,16 +37,11 @@ def test_rewards_far_from_zero(method):
     assert offset_sweep("cuda", method, device="cuda") > 0
 
 
-def test_calibrations():
-    assert calibration_sweep("cuda", device="cuda") > 0
-
-
-def test_groups_without_signal():
-    assert no_signal_sweep("cuda", device="cuda") > 0
-
-
-def test_rvpo_risk_coefficients():
-    assert soft_minimum_sweep("cuda", device="cuda") > 0
+@pytest.mark.parametrize("name", EDGE_SWEEPS)
+def test_edge_sweep(name):
+    """Each of the check's edge sweeps (dara_kernels/check/sweeps.py, EDGE_SWEEPS): the calibrations, a
+    batch without spread, RVPO's risk coefficients, groups without signal, reward gates, group ids."""
+    assert edge_sweep("cuda", name, device="cuda") > 0
 
 
 @pytest.mark.parametrize("calibration", ["positive", "symmetric"])
@@ -66,11 +58,6 @@ def test_wide_rows_in_both_calibrations(k, calibration):
             on_device = {key: v.cuda() if isinstance(v, torch.Tensor) else v for key, v in kwargs.items()}
             out = dk.fused_advantage(case.rewards.cuda(), backend="cuda", **options, **on_device)
             assert_matches(out, ref, tolerance("cuda", torch.float32), f"{case.label} {options}")
-
-
-def test_batch_without_spread():
-    """A batch whose rows all have the same s_j != 0 (tests/sweep.py)."""
-    assert spreadless_batch_sweep("cuda", device="cuda") > 0
 
 
 @pytest.mark.parametrize("calibration", ["positive", "symmetric"])
@@ -187,8 +174,3 @@ def test_binding_rejects_what_it_cannot_run():
     with pytest.raises(RuntimeError, match=f"accumulators must have {accumulators.numel()} elements"):
         torch.ops.dara.fused_advantage(rewards, None, 16, weights[:3], None, None, None, accumulators[:-1], extrema,
                                        options)
-
-
-def test_reward_gates():
-    """Each method with a binary and a graded gate, missing gates and gated entries (tests/sweep.py)."""
-    assert gate_sweep("cuda", device="cuda") > 0

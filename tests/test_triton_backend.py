@@ -10,20 +10,16 @@ import torch
 
 import dara_kernels as dk
 from dara_kernels.check.cases import make_case
-from dara_kernels.check.sweeps import OFFSET_RATIOS
-from dara_kernels.wire import MAX_REWARDS, OUTPUT_FIELDS
+from dara_kernels.check.sweeps import EDGE_SWEEPS, OFFSET_RATIOS
+from dara_kernels.tables import MAX_REWARDS, OUTPUT_FIELDS
 from tests.compare import assert_matches, tolerance
 from tests.sweep import (
     DTYPES,
     KS,
     LAYOUTS,
-    calibration_sweep,
     compare_once,
-    gate_sweep,
-    no_signal_sweep,
+    edge_sweep,
     offset_sweep,
-    soft_minimum_sweep,
-    spreadless_batch_sweep,
     sweep_against_reference,
 )
 
@@ -60,23 +56,11 @@ def test_rewards_far_from_zero(method):
     assert offset_sweep("triton", method, device=DEVICE, ratios=ratios) > 0
 
 
-def test_calibrations():
-    """Positive and symmetric calibration with density and static weights,
-    a capped reward and one active nowhere; K = 4 takes a 5-lane tile."""
-    assert calibration_sweep("triton", device=DEVICE) > 0
-
-
-def test_groups_without_signal():
-    assert no_signal_sweep("triton", device=DEVICE) > 0
-
-
-def test_rvpo_risk_coefficients():
-    assert soft_minimum_sweep("triton", device=DEVICE) > 0
-
-
-def test_batch_without_spread():
-    """A batch whose rows all have the same s_j != 0 (tests/sweep.py)."""
-    assert spreadless_batch_sweep("triton", device=DEVICE) > 0
+@pytest.mark.parametrize("name", EDGE_SWEEPS)
+def test_edge_sweep(name):
+    """Each of the check's edge sweeps (dara_kernels/check/sweeps.py, EDGE_SWEEPS): the calibrations, a
+    batch without spread, RVPO's risk coefficients, groups without signal, reward gates, group ids."""
+    assert edge_sweep("triton", name, device=DEVICE) > 0
 
 
 # The interpreter's numpy warns on the arithmetic with Inf; the counts are what is checked.
@@ -90,9 +74,9 @@ def test_accumulate_counts_bad_rewards(policy, missing, gates):
     reward under a failing gate is still infinite (docs/spec.md#reward-gates)."""
     from dara_kernels.distributed import raise_on_bad_input
     from dara_kernels.options import resolve_options
+    from dara_kernels.tables import ACCUMULATOR_SEGMENTS, combined_columns, segment_offsets
     from dara_kernels.triton.fused import fused_advantage_triton
     from dara_kernels.validation import prepare_inputs
-    from dara_kernels.wire import ACCUMULATOR_SEGMENTS, combined_columns, segment_offsets
 
     rewards = make_case(9, "fixed", 3, nan_fraction=0.0, shape=(32, 4)).rewards
     rewards[[1, 30], [0, 2]] = torch.tensor([float("inf"), float("-inf")])
@@ -203,8 +187,3 @@ def test_at_the_column_limit():
 @pytest.mark.parametrize("method", dk.METHODS)
 def test_full_sweep_on_gpu(method, layout, k, dtype):
     assert sweep_against_reference("triton", method, layout, k, dtype, device="cuda") > 0
-
-
-def test_reward_gates():
-    """Each method with a binary and a graded gate, missing gates and gated entries (tests/sweep.py)."""
-    assert gate_sweep("triton", device=DEVICE) > 0

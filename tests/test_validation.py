@@ -94,6 +94,16 @@ def test_inputs_unchanged(backend):
     assert mask.all()
 
 
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_an_inf_is_reported_before_a_nan_under_raise(backend):
+    """nan_policy="raise" reads the rewards in Python even where the CPU kernel checks for +-Inf itself, and
+    reports the Inf first."""
+    rewards = R.clone()
+    rewards[0, 1], rewards[2, 0] = float("nan"), float("inf")
+    with pytest.raises(ValueError, match="contains \\+-Inf at index \\(2, 0\\)"):
+        dk.fused_advantage(rewards, 2, nan_policy="raise", backend=backend)
+
+
 def test_one_dimensional_rewards_mean_one_column():
     out = dk.fused_advantage(torch.tensor([1.0, 0.0, 1.0, 1.0]), 2, backend="reference")
     assert out.density.shape == (1,)

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "generated_tables.h"
 #include "host_device.h"
-#include "wire.h"
 
 namespace dara {
 

@@ -6,9 +6,9 @@
 // too, so that a reward far from zero relative to its spread (a reward-model
 // score, a token count) loses no precision in r_jk - mu_gk.
 #pragma once
+#include "generated_tables.h"
 #include "group_math.h"
 #include "host_device.h"
-#include "wire.h"
 
 namespace dara {
 

@@ -7,7 +7,7 @@
 #pragma once
 #include <cstdint>
 
-#include "../core/wire.h"
+#include "../core/generated_tables.h"
 #include "dispatch.h"
 #include "group_layout.h"
 #include "group_table.h"

@@ -11,7 +11,7 @@
 
 #include "../allocation.h"
 #include "../core/finalize.h"
-#include "../core/wire.h"
+#include "../core/generated_tables.h"
 #include "../input_checks.h"
 #include "accumulate.h"
 #include "apply.h"

@@ -9,9 +9,9 @@
 #pragma once
 #include <type_traits>
 
+#include "../core/generated_tables.h"
 #include "../core/row_arrays.h"
 #include "../core/row_signal.h"
-#include "../core/wire.h"
 
 namespace dara {
 

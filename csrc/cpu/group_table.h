@@ -1,10 +1,10 @@
-// The per-group table (GroupTable, core/wire.h: what accumulate leaves for
+// The per-group table (GroupTable, core/generated_tables.h: what accumulate leaves for
 // apply, docs/spec.md#group-statistics) as the CPU row formulas read one group.
 #pragma once
 #include <cstdint>
 
+#include "../core/generated_tables.h"
 #include "../core/row_signal.h"
-#include "../core/wire.h"
 
 namespace dara {
 

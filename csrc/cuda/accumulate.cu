@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "../core/finalize.h"
+#include "../core/generated_tables.h"
 #include "../core/group_math.h"
 #include "../core/row_signal.h"
-#include "../core/wire.h"
 #include "device_common.cuh"
 #include "launch.h"
 

@@ -2,7 +2,7 @@
 
 #include <optional>
 
-#include "../core/wire.h"
+#include "../core/generated_tables.h"
 #include "../device_layout.h"
 #include "launch.h"
 

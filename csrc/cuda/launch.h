@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "../core/finalize.h"
-#include "../core/wire.h"
+#include "../core/generated_tables.h"
 
 namespace dara {
 namespace cuda {
@@ -34,7 +34,7 @@ struct CudaProblem {
   Options options;
 };
 
-// The per-group table (GroupTable, core/wire.h), written by accumulate and
+// The per-group table (GroupTable, core/generated_tables.h), written by accumulate and
 // read by apply, in double: the mean stays double in the row formulas
 // (row_signal.h); both kernels round the scales and weights to the row type
 // in registers, so they see the same values.

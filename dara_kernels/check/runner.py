@@ -15,19 +15,10 @@ from typing import Iterator, Optional
 import torch
 
 from ..backends import Backend, registered
-from ..wire import METHODS
+from ..tables import METHODS
 from .batches import paper_batch, verl_shaped_batch
 from .compare import Comparison, compare
-from .sweeps import (
-    Call,
-    calibration_calls,
-    gate_calls,
-    group_id_calls,
-    no_signal_calls,
-    offset_calls,
-    soft_minimum_calls,
-    spreadless_calls,
-)
+from .sweeps import EDGE_SWEEPS, Call, offset_calls
 from .table_sweeps import dtype_calls, k_range_calls, option_calls
 
 TIMED_CALLS = 5
@@ -52,9 +43,7 @@ def backend_device(record: Backend) -> tuple[Optional[str], Optional[str]]:
 def check_calls(max_k: int, edges: tuple[int, ...]) -> Iterator[Call]:
     return itertools.chain(
         k_range_calls(max_k, edges), option_calls(), dtype_calls(),
-        *(offset_calls(method) for method in METHODS),
-        calibration_calls(), spreadless_calls(), soft_minimum_calls(), no_signal_calls(), gate_calls(),
-        group_id_calls())
+        *(offset_calls(method) for method in METHODS), *(calls() for calls in EDGE_SWEEPS.values()))
 
 
 @dataclass

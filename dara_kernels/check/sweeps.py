@@ -6,13 +6,13 @@ reward gates, group ids that are not 0 to G - 1."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
 from ..api import fused_advantage
 from ..output import AdvantageOutput
-from ..wire import METHODS
+from ..tables import METHODS
 from .cases import calibration_rewards, gate_columns, gate_rewards, offset_rewards, signal_rewards
 
 
@@ -218,3 +218,16 @@ def group_id_calls(n: int = 60) -> Iterator[Call]:
         yield Call(f"{method} ids with gaps", rewards, {"group_index": 3 * groups + 11}, {"method": method})
         yield Call(f"{method} ids across int64", rewards, {"group_index": wide[groups], "response_lengths": lengths},
                    {"method": method, "batch_norm": "token"})
+
+
+# The edge sweeps besides the per-method offsets (offset_calls), in the order
+# the check runs them (runner.check_calls); each backend's tests run every one
+# by name (tests/sweep.py's edge_sweep), so a sweep added here reaches both.
+EDGE_SWEEPS: Mapping[str, Callable[[], Iterator[Call]]] = {
+    "calibrations": calibration_calls,
+    "batch_without_spread": spreadless_calls,
+    "rvpo_risk_coefficients": soft_minimum_calls,
+    "groups_without_signal": no_signal_calls,
+    "reward_gates": gate_calls,
+    "group_ids": group_id_calls,
+}

@@ -1,51 +1,43 @@
-"""The check's calls taken from the tables (wire.METHODS, wire.OPTIONS,
-wire.PRESETS, wire.METHOD_TRAITS), so that a new method, option value or
+"""The check's calls taken from the tables (tables.METHODS, tables.OPTIONS
+and each option kind's samples in tables.OPTION_KINDS, tables.PRESETS,
+tables.METHOD_TRAITS), so that a new method, option value or
 preset is checked without editing this file: every method at every K up to
 the widest backend's limit, every option's values, every preset, every
 reward dtype and every mask dtype."""
 from __future__ import annotations
 
-import math
 from typing import Any, Iterator
 
 import torch
 
-from ..wire import METHOD_ONLY_OPTIONS, METHOD_PREDICATES, METHOD_TRAITS, METHODS, OPTIONS, PRESETS, Option
+from ..option_checks import SAMPLE_COLUMNS
+from ..tables import (
+    METHOD_ONLY_OPTIONS,
+    METHOD_PREDICATES,
+    METHOD_TRAITS,
+    METHODS,
+    OPTION_KINDS,
+    OPTIONS,
+    PRESETS,
+    Option,
+)
 from .cases import make_case
 from .sweeps import Call
 
 REWARD_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 MASK_DTYPES = (torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
                torch.float64)
-# option_calls' K: the names and gates below are for four columns.
-OPTION_K = 4
+# option_calls' K: the sample names and gates of tables.OPTION_KINDS are for this many columns.
+OPTION_K = SAMPLE_COLUMNS
 # Fixed layouts cycled over the K range: one group of 97, groups of one, groups of 13 and of 8.
 FIXED_SHAPES = ((97, 97), (97, 1), (104, 13), (64, 8))
 
 
 def option_values(option: Option, default: Any) -> tuple:
-    """The values of an option the check runs, by its kind: every choice,
-    the other flag, a real value far from the default, a positive
-    coefficient 1000 times either side of it, no cap and a cap that binds,
-    a name for each of OPTION_K columns, and two gates by index (reward 1
-    counts only where reward 0 passes, reward 3 only where reward 2 does)."""
-    if option.check == "choice":
-        return option.choices
-    if option.check == "flag":
-        return (not default,)
-    if option.check == "real":
-        value = 2.0 * default if default >= 0.5 else 0.5
-        return (value if option.upper is None else min(value, option.upper),)
-    if option.check == "positive":
-        return (default / 1000.0, default * 1000.0)
-    if option.check == "cap":
-        return (math.inf, default / 2.0)
-    if option.check == "names":
-        return (tuple(f"reward{i}" for i in range(OPTION_K)),)
-    if option.check == "gates":
-        return ({1: 0, 3: 2},)
-    raise ValueError(f"the check has no values for option {option.name!r} of kind {option.check!r}: "
-                     "give its kind a rule in dara_kernels/check/table_sweeps.py (option_values)")
+    """The values of an option the check runs: its kind's samples
+    (tables.OPTION_KINDS), e.g. every choice, the other flag, a real value
+    far from the default, a name for each of OPTION_K columns."""
+    return OPTION_KINDS[option.kind].samples(option, default)
 
 
 def _method_options(method: str) -> Iterator[tuple[Option, Any]]:
@@ -64,7 +56,7 @@ def _method_options(method: str) -> Iterator[tuple[Option, Any]]:
 def _choice_variants(method: str) -> list[dict]:
     """One option set per value of each method-only choice (calibration for dara and static)."""
     variants = [{option.name: value} for option, value in _method_options(method)
-                if option.name in METHOD_TRAITS[method].options and option.check == "choice"]
+                if option.name in METHOD_TRAITS[method].options and option.kind == "choice"]
     return variants or [{}]
 
 
@@ -100,7 +92,7 @@ def k_range_calls(max_k: int, edges: tuple[int, ...]) -> Iterator[Call]:
 
 
 def option_calls() -> Iterator[Call]:
-    """Every method with each value of every option it takes (wire.OPTIONS),
+    """Every method with each value of every option it takes (tables.OPTIONS),
     under every preset, with reward weights, and with reward bounds where
     its weights read the batch's extremes; K = 4, shuffled uneven groups, a
     bool mask (so that token normalisation has its weights)."""

@@ -1,13 +1,13 @@
 """Accumulate stage: each program walks groups pid, pid + P, ... and writes
-its partial batch accumulators (offsets from the generated wire module) and
-extremes; the per-group table (`table`, wire.GroupTable: means, scales, DVAO
+its partial batch accumulators (offsets from the generated tables module) and
+extremes; the per-group table (`table`, tables.GroupTable: means, scales, DVAO
 weights, GRPO's summed-column statistics, kappa, signal bits) is left for
 apply. Partials are summed in program order by finalize, so results are
 deterministic. Lanes: common.py."""
 import triton
 import triton.language as tl
 
-from . import wire
+from . import generated_tables as tables
 from .common import (
     ANY_ACTIVE,
     SUM_ACTIVE,
@@ -34,10 +34,10 @@ def accumulate_kernel(
     programs = tl.num_programs(0)
     num_groups = tl.load(group_count_ptr)
     method = tl.cast(opts.method, tl.int32)
-    combined = wire.summed_reward(method)
-    group_weighted = wire.group_weighted(method)
-    drops = wire.drops_conflicts(method)
-    raw = wire.raw_extremes(method)
+    combined = tables.summed_reward(method)
+    group_weighted = tables.group_weighted(method)
+    drops = tables.drops_conflicts(method)
+    raw = tables.raw_extremes(method)
     positive = tl.cast(opts.calibration_positive, tl.int32)
     kk = tl.arange(0, BLOCK_K)
     kr = kk - positive
@@ -144,7 +144,7 @@ def accumulate_kernel(
             x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, opts,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, kmask, K, opts, BLOCK_K > wire.MAX_REWARDS)
+                                                 kk, kmask, K, opts, BLOCK_K > tables.MAX_REWARDS)
             energy_v += tl.sum(a * a, 0).to(tl.float64)
             if drops:
                 kept -= tl.sum((~keep & rmask).to(tl.float32), 0)
@@ -164,31 +164,31 @@ def accumulate_kernel(
                 token_signal_v += tl.sum(col * w[:, None], 0)
                 token_cross_m += tl.sum(outer * w[:, None, None], 0)
         tl.store(table.kappa + g, (kept / size.to(tl.float32)).to(tl.float64))
-    out = partial_ptr + pid * wire.accumulator_size(K, C)
+    out = partial_ptr + pid * tables.accumulator_size(K, C)
     first = kk == 0
-    tl.store(out + wire.groups_at(K, C) + kk, groups + zero_k, mask=first)
-    tl.store(out + wire.rows_at(K, C) + kk, rows + zero_k, mask=first)
-    tl.store(out + wire.token_total_at(K, C) + kk, token_total + zero_k, mask=first)
-    tl.store(out + wire.infinite_rewards_at(K, C) + kk, tl.sum(infinite_v, 0) + zero_k, mask=first)
-    tl.store(out + wire.missing_rewards_at(K, C) + kk, tl.sum(missing_v, 0) + zero_k, mask=first)
+    tl.store(out + tables.groups_at(K, C) + kk, groups + zero_k, mask=first)
+    tl.store(out + tables.rows_at(K, C) + kk, rows + zero_k, mask=first)
+    tl.store(out + tables.token_total_at(K, C) + kk, token_total + zero_k, mask=first)
+    tl.store(out + tables.infinite_rewards_at(K, C) + kk, tl.sum(infinite_v, 0) + zero_k, mask=first)
+    tl.store(out + tables.missing_rewards_at(K, C) + kk, tl.sum(missing_v, 0) + zero_k, mask=first)
     # The Python distributed driver counts negative lengths into this slot.
-    tl.store(out + wire.negative_lengths_at(K, C) + kk, zero_k, mask=first)
-    tl.store(out + wire.informative_groups_at(K, C) + kk, informative_groups + zero_k, mask=first)
-    tl.store(out + wire.sum_informative_groups_at(K, C) + kk, sum_informative_groups + zero_k, mask=first)
-    tl.store(out + wire.conflict_groups_at(K, C) + kk, conflict_groups + zero_k, mask=first)
-    tl.store(out + wire.active_at(K, C) + kr, active_v.to(tl.float64), mask=kmask)
-    tl.store(out + wire.energy_at(K, C) + kr, energy_v, mask=kmask)
-    tl.store(out + wire.raw_count_at(K, C) + kr, count_v.to(tl.float64), mask=kmask)
-    tl.store(out + wire.raw_sum_at(K, C) + kr, raw_sum_v, mask=kmask)
-    tl.store(out + wire.raw_sum_sq_at(K, C) + kr, sum_sq_v, mask=kmask)
-    tl.store(out + wire.group_weight_at(K, C) + kr, weight_v, mask=kmask)
+    tl.store(out + tables.negative_lengths_at(K, C) + kk, zero_k, mask=first)
+    tl.store(out + tables.informative_groups_at(K, C) + kk, informative_groups + zero_k, mask=first)
+    tl.store(out + tables.sum_informative_groups_at(K, C) + kk, sum_informative_groups + zero_k, mask=first)
+    tl.store(out + tables.conflict_groups_at(K, C) + kk, conflict_groups + zero_k, mask=first)
+    tl.store(out + tables.active_at(K, C) + kr, active_v.to(tl.float64), mask=kmask)
+    tl.store(out + tables.energy_at(K, C) + kr, energy_v, mask=kmask)
+    tl.store(out + tables.raw_count_at(K, C) + kr, count_v.to(tl.float64), mask=kmask)
+    tl.store(out + tables.raw_sum_at(K, C) + kr, raw_sum_v, mask=kmask)
+    tl.store(out + tables.raw_sum_sq_at(K, C) + kr, sum_sq_v, mask=kmask)
+    tl.store(out + tables.group_weight_at(K, C) + kr, weight_v, mask=kmask)
     cmask = kk < C
-    tl.store(out + wire.signal_at(K, C) + kk, signal_v, mask=cmask)
-    tl.store(out + wire.token_signal_at(K, C) + kk, token_signal_v, mask=cmask)
+    tl.store(out + tables.signal_at(K, C) + kk, signal_v, mask=cmask)
+    tl.store(out + tables.token_signal_at(K, C) + kk, token_signal_v, mask=cmask)
     cc = kk[:, None] * C + kk[None, :]
     mask2 = cmask[:, None] & cmask[None, :]
-    tl.store(out + wire.cross_at(K, C) + cc, cross_m, mask=mask2)
-    tl.store(out + wire.token_cross_at(K, C) + cc, token_cross_m, mask=mask2)
-    extrema = extrema_ptr + pid * wire.extrema_size(K, C)
-    tl.store(extrema + wire.max_reward_at(K, C) + kr, max_v, mask=kmask)
-    tl.store(extrema + wire.max_negated_reward_at(K, C) + kr, max_negated_v, mask=kmask)
+    tl.store(out + tables.cross_at(K, C) + cc, cross_m, mask=mask2)
+    tl.store(out + tables.token_cross_at(K, C) + cc, token_cross_m, mask=mask2)
+    extrema = extrema_ptr + pid * tables.extrema_size(K, C)
+    tl.store(extrema + tables.max_reward_at(K, C) + kr, max_v, mask=kmask)
+    tl.store(extrema + tables.max_negated_reward_at(K, C) + kr, max_negated_v, mask=kmask)

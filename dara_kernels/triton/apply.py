@@ -5,7 +5,7 @@ dtype does not multiply the kernel variants."""
 import triton
 import triton.language as tl
 
-from . import wire
+from . import generated_tables as tables
 from .common import ANY_ACTIVE, SUM_ACTIVE, ZEROED, gate_lanes, group_bounds, load_tile, row_columns
 
 
@@ -22,7 +22,7 @@ def apply_kernel(
     programs = tl.num_programs(0)
     num_groups = tl.load(group_count_ptr)
     method = tl.cast(opts.method, tl.int32)
-    combined = wire.summed_reward(method)
+    combined = tables.summed_reward(method)
     positive = tl.cast(opts.calibration_positive, tl.int32)
     kk = tl.arange(0, BLOCK_K)
     kr = kk - positive
@@ -36,7 +36,7 @@ def apply_kernel(
         begin, end = group_bounds(offsets_ptr, g, group_size, HAS_INDEX)
         mean = tl.load(table.mean + g * K + kr, mask=kmask, other=0.0)
         scale = tl.load(table.scale + g * K + kr, mask=kmask, other=0.0).to(tl.float32)
-        weight = tl.load(table.weight + g * K + kr, mask=kmask & wire.group_weighted(method + kk * 0),
+        weight = tl.load(table.weight + g * K + kr, mask=kmask & tables.group_weighted(method + kk * 0),
                          other=0.0).to(tl.float32)
         sum_mean = tl.load(table.sum_mean + g, mask=combined, other=0.0)
         sum_scale = tl.load(table.sum_scale + g, mask=combined, other=0.0).to(tl.float32)
@@ -50,7 +50,7 @@ def apply_kernel(
             x, valid, idx, rmask = load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, opts,
                                              HAS_INDEX, BLOCK_R)
             a, col, scorable, keep = row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale,
-                                                 kk, kmask, K, opts, BLOCK_K > wire.MAX_REWARDS)
+                                                 kk, kmask, K, opts, BLOCK_K > tables.MAX_REWARDS)
             s = tl.sum(col * combine[None, :], 1)
             value = tl.where(keep & scorable & counted, (s - shift) * factor, 0.0)
             tl.store(advantages_ptr + idx, value, mask=rmask)

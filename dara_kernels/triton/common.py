@@ -1,7 +1,7 @@
 """Device helpers shared by the Triton stages: tile loads and the per-column
 formulas of docs/spec.md#group-statistics and #normalised-advantage, the same
 as csrc/core/group_math.h and row_signal.h.
-Options arrive as one runtime argument, `opts` (wire.KernelOptions, the
+Options arrive as one runtime argument, `opts` (tables.KernelOptions, the
 packed option vector), whose fields the formulas read by name, not as
 constexprs: only the group layout, the block sizes and the pointer dtypes
 specialise a kernel, so the whole set of variants the op can launch stays
@@ -12,7 +12,7 @@ stay float64, so a reward far from zero relative to its spread (a reward-model
 score, a token count) loses nothing in r - mu; from the centred value on, the
 row formulas run in float32.
 
-Lanes: combined column c (wire.combined_columns) is lane c of a row's tile.
+Lanes: combined column c (tables.combined_columns) is lane c of a row's tile.
 Under positive calibration column 0 is sum_k A_jk and reward k sits in lane
 k + 1 (its column [A_jk]_+), else reward k sits in lane k; `kr` is each lane's
 reward (its lane, less 1 under positive calibration) and `kmask` the lanes
@@ -20,7 +20,7 @@ that hold one."""
 import triton
 import triton.language as tl
 
-from . import wire
+from . import generated_tables as tables
 
 
 @triton.jit
@@ -30,8 +30,8 @@ def gate_lanes(opts, kr, positive):
     without opts.gated. Taken once per kernel."""
     source = kr + positive
     has_gate = kr != kr
-    for i in tl.static_range(wire.MAX_REWARDS):
-        here = (kr == i) & (opts.gate[i] != wire.NO_GATE)
+    for i in tl.static_range(tables.MAX_REWARDS):
+        here = (kr == i) & (opts.gate[i] != tables.NO_GATE)
         source = tl.where(here, tl.cast(opts.gate[i], tl.int32) + positive, source)
         has_gate = has_gate | here
     return source, has_gate
@@ -107,7 +107,7 @@ ZEROED = tl.constexpr(4)
 def group_signal(any_active, sum_active, opts):
     """Some reward active; the weighted summed reward varies; and whether
     no_signal="zero" takes the group out (GRPO's own signal is its sum)."""
-    signal = tl.where(wire.summed_reward(tl.cast(opts.method, tl.int32)), sum_active, any_active)
+    signal = tl.where(tables.summed_reward(tl.cast(opts.method, tl.int32)), sum_active, any_active)
     return (tl.where(any_active, ANY_ACTIVE, 0) | tl.where(sum_active, SUM_ACTIVE, 0)
             | tl.where((opts.no_signal_zero != 0) & ~signal, ZEROED, 0))
 
@@ -155,7 +155,7 @@ def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, km
     scorable/keep flags (docs/spec.md#aggregation). x, mean, base and sum_mean
     are float64; each difference from a mean is taken there and then rounded
     to float32. A method's own work sits behind its runtime predicate
-    (wire.METHOD_PREDICATES). WIDE: a tile of more than MAX_REWARDS lanes,
+    (tables.METHOD_PREDICATES). WIDE: a tile of more than MAX_REWARDS lanes,
     which only positive calibration's K + 1 columns need; its methods (dara,
     static) take none of the other methods' row work, so it is left out there
     (with it, the 32-lane accumulate spilled)."""
@@ -166,17 +166,17 @@ def row_columns(x, valid, mean, scale, weight, base, sum_mean, sum_scale, kk, km
     col = a
     first = kk[None, :] == 0
     if not WIDE:
-        if wire.drops_conflicts(method):
+        if tables.drops_conflicts(method):
             has_positive = tl.sum((a > 0.0).to(tl.int32), 1) > 0
             has_negative = tl.sum((a < 0.0).to(tl.int32), 1) > 0
             keep = ~(has_positive & has_negative)
-        col = tl.where(wire.group_weighted(method), a * weight[None, :], a)
+        col = tl.where(tables.group_weighted(method), a * weight[None, :], a)
     if opts.calibration_positive != 0:
         col = tl.where(first, tl.sum(a, 1)[:, None], tl.maximum(a, 0.0))
     if not WIDE:
-        if wire.summed_reward(method):
+        if tables.summed_reward(method):
             summed = tl.where(scorable, (row_reward_sum(x, valid, base) - sum_mean).to(tl.float32) * sum_scale, 0.0)
             col = tl.where(first, summed[:, None], 0.0)
-        if wire.soft_minimum(method):
+        if tables.soft_minimum(method):
             col = tl.where(first, soft_minimum(a, base, kmask, K, opts.rvpo_k)[:, None], 0.0)
     return a, col, scorable, keep

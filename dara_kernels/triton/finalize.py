@@ -6,8 +6,8 @@ values: this program runs once per call, so branching costs nothing."""
 import triton
 import triton.language as tl
 
-from . import wire
-from .wire import BATCH_NORM_RESPONSE, BATCH_NORM_TOKEN, DARA, DVAO, SA_MRPO, SAW
+from . import generated_tables as tables
+from .generated_tables import BATCH_NORM_RESPONSE, BATCH_NORM_TOKEN, DARA, DVAO, SA_MRPO, SAW
 
 # Below this fraction of the sum of squares, a variance is the rounding error
 # of a constant reward (the same threshold as csrc/core/finalize.h).
@@ -59,7 +59,7 @@ def finalize_kernel(
     batch_mean_ptr, batch_std_ptr, affine_ptr, has_bounds, opts,
     BLOCK_K: tl.constexpr,
 ):
-    """signal_counts: the outputs of wire.SIGNAL_COUNTS, in that order (a tuple of pointers)."""
+    """signal_counts: the outputs of tables.SIGNAL_COUNTS, in that order (a tuple of pointers)."""
     # Lanes as in accumulate (common.py): combined column c in lane c, reward k in lane k + positive.
     method = tl.cast(opts.method, tl.int32)
     batch_norm = tl.cast(opts.batch_norm, tl.int32)
@@ -70,27 +70,27 @@ def finalize_kernel(
     kmask = (kr >= 0) & (kr < K)
     first = kk == 0
     cmask = kk < C
-    M = wire.accumulator_size(K, C)
+    M = tables.accumulator_size(K, C)
     base = tl.load(base_ptr + kr, mask=kmask, other=0.0)
-    groups = tl.sum(_slot(partial_ptr, programs, M, wire.groups_at(K, C), kk, first), 0)
-    rows = tl.sum(_slot(partial_ptr, programs, M, wire.rows_at(K, C), kk, first), 0)
-    token_total = tl.sum(_slot(partial_ptr, programs, M, wire.token_total_at(K, C), kk, first), 0)
-    # The group-signal counts (wire.SIGNAL_COUNTS): adjacent slots, read as one vector (three scalar
+    groups = tl.sum(_slot(partial_ptr, programs, M, tables.groups_at(K, C), kk, first), 0)
+    rows = tl.sum(_slot(partial_ptr, programs, M, tables.rows_at(K, C), kk, first), 0)
+    token_total = tl.sum(_slot(partial_ptr, programs, M, tables.token_total_at(K, C), kk, first), 0)
+    # The group-signal counts (tables.SIGNAL_COUNTS): adjacent slots, read as one vector (three scalar
     # reads made every variant spill 20-36 bytes).
-    slots = tl.arange(0, wire.SIGNAL_BLOCK)
-    counts = _slot(partial_ptr, programs, M, wire.informative_groups_at(K, C), slots, slots < wire.SIGNAL_COUNTS)
-    active = _slot(partial_ptr, programs, M, wire.active_at(K, C), kr, kmask)
-    energy = _slot(partial_ptr, programs, M, wire.energy_at(K, C), kr, kmask)
-    count = _slot(partial_ptr, programs, M, wire.raw_count_at(K, C), kr, kmask)
-    total = _slot(partial_ptr, programs, M, wire.raw_sum_at(K, C), kr, kmask)
-    total_sq = _slot(partial_ptr, programs, M, wire.raw_sum_sq_at(K, C), kr, kmask)
-    group_weight = _slot(partial_ptr, programs, M, wire.group_weight_at(K, C), kr, kmask)
-    signal = _slot(partial_ptr, programs, M, wire.signal_at(K, C), kk, cmask)
-    token_signal = _slot(partial_ptr, programs, M, wire.token_signal_at(K, C), kk, cmask)
+    slots = tl.arange(0, tables.SIGNAL_BLOCK)
+    counts = _slot(partial_ptr, programs, M, tables.informative_groups_at(K, C), slots, slots < tables.SIGNAL_COUNTS)
+    active = _slot(partial_ptr, programs, M, tables.active_at(K, C), kr, kmask)
+    energy = _slot(partial_ptr, programs, M, tables.energy_at(K, C), kr, kmask)
+    count = _slot(partial_ptr, programs, M, tables.raw_count_at(K, C), kr, kmask)
+    total = _slot(partial_ptr, programs, M, tables.raw_sum_at(K, C), kr, kmask)
+    total_sq = _slot(partial_ptr, programs, M, tables.raw_sum_sq_at(K, C), kr, kmask)
+    group_weight = _slot(partial_ptr, programs, M, tables.group_weight_at(K, C), kr, kmask)
+    signal = _slot(partial_ptr, programs, M, tables.signal_at(K, C), kk, cmask)
+    token_signal = _slot(partial_ptr, programs, M, tables.token_signal_at(K, C), kk, cmask)
     cc = kk[:, None] * C + kk[None, :]
     mask2 = cmask[:, None] & cmask[None, :]
-    cross = _slot(partial_ptr, programs, M, wire.cross_at(K, C), cc, mask2)
-    token_cross = _slot(partial_ptr, programs, M, wire.token_cross_at(K, C), cc, mask2)
+    cross = _slot(partial_ptr, programs, M, tables.cross_at(K, C), cc, mask2)
+    token_cross = _slot(partial_ptr, programs, M, tables.token_cross_at(K, C), cc, mask2)
 
     density = tl.where(groups > 0.0, active / tl.maximum(groups, 1.0), 0.0)
     # Every method's weights are computed and one is selected: a handful of
@@ -100,10 +100,10 @@ def finalize_kernel(
     raw_mean = tl.where(count > 0.0, total / tl.maximum(count, 1.0), 0.0)
     bounded = kmask & ((kk * 0 + has_bounds) != 0)
     lo = tl.where(bounded, tl.load(bounds_ptr + 2 * kr, mask=bounded, other=0.0),
-                  -_extreme(extrema_ptr, programs, wire.extrema_size(K, C), wire.max_negated_reward_at(K, C),
+                  -_extreme(extrema_ptr, programs, tables.extrema_size(K, C), tables.max_negated_reward_at(K, C),
                             kr, kmask))
     hi = tl.where(bounded, tl.load(bounds_ptr + 2 * kr + 1, mask=bounded, other=0.0),
-                  _extreme(extrema_ptr, programs, wire.extrema_size(K, C), wire.max_reward_at(K, C), kr, kmask))
+                  _extreme(extrema_ptr, programs, tables.extrema_size(K, C), tables.max_reward_at(K, C), kr, kmask))
     ss = total_sq - count * raw_mean * raw_mean
     raw_std = tl.where((count >= 2.0) & (ss > total_sq * CONSTANT_REWARD_RTOL),
                        tl.sqrt(tl.maximum(ss, 0.0) / tl.maximum(count - 1.0, 1.0)), 0.0)
@@ -135,10 +135,10 @@ def finalize_kernel(
     diag = tl.sum(tl.where(kk[:, None] == kk[None, :], cross, 0.0), 1)
     # sum_j (u A + v [A]_+)^2, where sum_j A [A]_+ = sum_j [A]_+^2.
     calibrated_energy = u * u * energy + tl.where(positive != 0, (2.0 * u * v + v * v) * diag, 0.0)
-    weighted_energy = tl.where(wire.group_weighted(method), diag,
-                               tl.where(wire.one_column(method), base * base * energy, calibrated_energy))
-    combine = tl.where(wire.group_weighted(method), tl.where(kmask, 1.0, 0.0),
-                       tl.where(wire.one_column(method), tl.where(first, 1.0, 0.0),
+    weighted_energy = tl.where(tables.group_weighted(method), diag,
+                               tl.where(tables.one_column(method), base * base * energy, calibrated_energy))
+    combine = tl.where(tables.group_weighted(method), tl.where(kmask, 1.0, 0.0),
+                       tl.where(tables.one_column(method), tl.where(first, 1.0, 0.0),
                                 tl.where(positive != 0, tl.where(first, 1.0, v), u)))
     combine = tl.where(cmask, combine, 0.0)
 
@@ -165,7 +165,7 @@ def finalize_kernel(
     tl.store(weighted_energy_ptr + kr, weighted_energy.to(tl.float32), mask=kmask)
     tl.store(active_groups_ptr + kr, active.to(tl.int64), mask=kmask)
     tl.store(num_groups_ptr + kk, (groups + kk * 0.0).to(tl.int64), mask=first)
-    for i in tl.static_range(wire.SIGNAL_COUNTS):
+    for i in tl.static_range(tables.SIGNAL_COUNTS):
         tl.store(signal_counts[i] + slots * 0, counts.to(tl.int64), mask=slots == i)
     tl.store(batch_mean_ptr + kk, (mean + kk * 0.0).to(tl.float32), mask=first)
     tl.store(batch_std_ptr + kk, (std + kk * 0.0).to(tl.float32), mask=first)

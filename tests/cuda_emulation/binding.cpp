@@ -10,7 +10,7 @@
 #include <tuple>
 #include <vector>
 
-#include "../../csrc/core/wire.h"
+#include "../../csrc/core/generated_tables.h"
 #include "../../csrc/cuda/host_call.h"
 #include "emulator.h"
 #include "faulty_kernels.h"

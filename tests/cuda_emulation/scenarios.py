@@ -30,7 +30,7 @@ from dara_kernels.check.runner import BackendResult, check_calls, compare_backen
 from dara_kernels.check.sweeps import Call
 from dara_kernels.check.table_sweeps import k_range_calls
 from dara_kernels.output import AdvantageOutput
-from dara_kernels.wire import OUTPUT_FIELDS
+from dara_kernels.tables import OUTPUT_FIELDS
 
 NAME = "cuda_emulated"
 # An H100's multiprocessors; sm_80's opt-in shared memory a block (the smaller of the build's two targets).

@@ -1,19 +1,24 @@
 """The one definition of every table the Python, C++ and Triton code share:
-each method's traits, every option (its check, default and kernel encoding),
-the packed option vector, the accumulator wire format (what ranks all-reduce,
-docs/spec.md#distributed-mode), the per-group table accumulate leaves for
-apply, the output fields and the per-backend reward-column limits.
+each method's traits, every option (its kind, check, default and kernel
+encoding), the packed option vector, the accumulator wire format (what ranks
+all-reduce, docs/spec.md#distributed-mode), the per-group table accumulate
+leaves for apply, the output fields and the per-backend reward-column limits;
+besides the tables, the few pure functions that read sizes and codes off them
+(combined_columns, kernel_columns, segment_offsets, accumulator_sizes, ...).
 
-`csrc/core/wire.h` and `dara_kernels/triton/wire.py` are generated from these
-tables by `python scripts/generate_wire.py`; `tests/test_wire.py` fails when
-either is stale, so no copy can drift. The reference backend alone reads the
-options itself: it is the independent oracle these tables are tested against.
+`csrc/core/generated_tables.h` and `dara_kernels/triton/generated_tables.py`
+are generated from these tables by `python scripts/generate_tables.py`;
+`tests/test_tables.py` fails when either is stale, so no copy can drift. The
+reference backend alone reads the options itself: it is the independent oracle
+these tables are tested against.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
+
+from . import option_checks
 
 BATCH_NORMS = ("none", "response", "token")
 BATCH_NORM_CODE = {name: code for code, name in enumerate(BATCH_NORMS)}
@@ -86,13 +91,50 @@ NO_SIGNAL_RULES = ("keep", "zero")
 
 
 @dataclass(frozen=True)
+class OptionKind:
+    """What every option of one kind shares: code that would switch on an
+    option's kind reads its row instead."""
+    field_type: str      # AdvantageOptions' field annotation (generated_options.py)
+    keyword_type: str    # fused_advantage's keyword annotation (api.py's generated block)
+    check: Callable[[Any, Any], Any]    # (option, given value) -> the resolved value, or an error naming it
+    samples: Callable[[Any, Any], tuple]  # (option, its default) -> the values the check's sweep runs
+    cache_key: Callable[[Any], Any] = option_checks.same  # a given value in hashable form (api._options)
+    # How its values relate to the K reward columns: "" not at all; "named": one value per column
+    # (validation checks there are K); "indexed": column indices, checked below K by validation and by both
+    # C++ bindings (csrc/input_checks.h, through the generated kColumnEntry and is_reward_column), and
+    # packed after the option vector's scalar fields, `entry` indices per entry.
+    columns: str = ""
+    entry: int = 0
+    # (checked value, the "named" option's value) -> the value resolved against the reward names.
+    resolve: Optional[Callable[[Any, Any], Any]] = None
+
+
+OPTION_KINDS: Mapping[str, OptionKind] = {
+    "real": OptionKind("Optional[float]", "Optional[float]", option_checks.check_real,
+                       option_checks.sample_real),   # finite >= 0 (at most Option.upper)
+    "positive": OptionKind("Optional[float]", "Optional[float]", option_checks.check_positive,
+                           option_checks.sample_positive),  # finite > 0
+    "cap": OptionKind("Optional[float]", "Optional[float]", option_checks.check_cap,
+                      option_checks.sample_cap),     # > 0, math.inf for none
+    "flag": OptionKind("Optional[bool]", "Optional[bool]", option_checks.check_flag, option_checks.sample_flag),
+    "choice": OptionKind("Optional[str]", "Optional[str]", option_checks.check_choice,
+                         option_checks.sample_choice),  # one of Option.choices
+    "names": OptionKind("Optional[tuple[str, ...]]", "Optional[Sequence[str]]", option_checks.check_names,
+                        option_checks.sample_names, option_checks.frozen, columns="named"),
+    "gates": OptionKind("Optional[tuple[tuple[int, int], ...]]",
+                        "Optional[Mapping[Union[str, int], Union[str, int]]]", option_checks.check_gates,
+                        option_checks.sample_gates, option_checks.frozen, columns="indexed", entry=2,
+                        resolve=option_checks.resolve_gates),
+}
+
+
+@dataclass(frozen=True)
 class Option:
-    """A keyword of fused_advantage. check: "real" (finite >= 0), "positive"
-    (finite > 0), "cap" (> 0, math.inf allowed), "flag" or "choice". A
+    """A keyword of fused_advantage, of a kind in OPTION_KINDS. A
     method-only option (default None) takes its default from METHOD_TRAITS
     and is None for the other methods."""
     name: str
-    check: str
+    kind: str
     default: Any = None
     choices: tuple[str, ...] = ()
     upper: Optional[float] = None  # "real" options with an upper bound
@@ -129,6 +171,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("reward_gates", "gates"),
 )
 OPTION_NAMES = tuple(o.name for o in OPTIONS)
+# The options whose values name or index reward columns, by kind (OptionKind.columns). The option vector
+# has one tail after its scalar fields, so at most one option indexes columns: reward_gates.
+NAMED_COLUMNS = next((o.name for o in OPTIONS if OPTION_KINDS[o.kind].columns == "named"), None)
+COLUMN_OPTIONS = tuple(o.name for o in OPTIONS if OPTION_KINDS[o.kind].columns)  # checked against K
+INDEXED_COLUMNS = tuple(o.name for o in OPTIONS if OPTION_KINDS[o.kind].columns == "indexed")
+assert len(INDEXED_COLUMNS) <= 1, "the option vector carries one option's column indices"
 METHOD_ONLY_OPTIONS: Mapping[str, tuple[str, ...]] = {
     o.name: tuple(m for m, t in METHOD_TRAITS.items() if o.name in t.options)
     for o in OPTIONS if any(o.name in t.options for t in METHOD_TRAITS.values())
@@ -175,18 +223,25 @@ KERNEL_FIELDS: tuple[KernelField, ...] = (
     KernelField("reject_inf", "bool", lambda o: False),
 )
 OPTION_FIELDS = tuple((f.name, f.ctype) for f in KERNEL_FIELDS)
-# After the scalar fields the option vector carries one (gated, gate) pair of
-# column indices per gated reward (AdvantageOptions.reward_gates), so it does
-# not depend on K; the kernels read it as each reward's gate column, -1 for
-# none (C++ Options::gate, the Triton options' `gate`), and `gated` says
-# whether any pair follows.
-GATE_PAIRS = "reward_gates"
+# After the scalar fields the option vector carries the column indices of the
+# option whose kind indexes reward columns (INDEXED_COLUMNS: reward_gates' one
+# (gated, gate) pair per gated reward), so it does not depend on K; the kernels
+# read it as each reward's gate column, -1 for none (C++ Options::gate, the
+# Triton options' `gate`), and `gated` says whether any pair follows.
 NO_GATE = -1
 
 
 def kernel_value(f: KernelField, opts) -> float:
     value = f.encode(opts) if f.encode is not None else getattr(opts, f.name)
     return float(f.absent if value is None else value)
+
+
+def kernel_vector(opts, reject_inf: bool = False) -> list[float]:
+    """The packed option vector of resolved options: KERNEL_FIELDS, then the INDEXED_COLUMNS option's column
+    indices. reject_inf: the kernel raises on a +-Inf reward (the CPU kernel's own check)."""
+    scalars = [float(reject_inf) if f.name == "reject_inf" else kernel_value(f, opts) for f in KERNEL_FIELDS]
+    return scalars + [float(column) for name in INDEXED_COLUMNS
+                      for entry in getattr(opts, name) or () for column in entry]
 
 
 # Groups that carry signal: some reward active; the weighted summed reward

@@ -73,7 +73,7 @@ def step_ratio(record: dict, reward: str, reference: str = REFERENCE) -> float |
 
 def caps(run: dict, preset: str, settings: list[str]) -> dict[str, float | None]:
     """reward -> the weight at which the run's cap binds (b_k * max_weight), None where it has none."""
-    from dara_kernels.tables import METHOD_TRAITS
+    from dara_kernels.wire import METHOD_TRAITS
     from dara_train.config import load_config
 
     advantage = load_config(preset, None, [*settings, *run["overrides"]]).advantage

@@ -29,6 +29,7 @@ from failure import failure_reason  # noqa: E402
 from microbench import Config, compiled_reference, copy_bandwidth, floor_bytes, make_batch, measure  # noqa: E402
 
 import dara_kernels as dk  # noqa: E402
+from dara_kernels.backends import compiled_for  # noqa: E402
 
 BANDWIDTH_N = 1 << 24
 LATENCY = Config(16384, 3, 16, "dara", "fixed")
@@ -163,7 +164,8 @@ ROWS = [
 def report(args) -> int:
     with open(args.acceptance) as fh:
         data = json.load(fh)
-    backends = [b for b in ("cuda", "triton", "cpu") if b in data["points"].get("latency", {}).get("seconds", {})
+    backends = [b for b in compiled_for("cuda") + compiled_for("cpu")
+                if b in data["points"].get("latency", {}).get("seconds", {})
                 or b in data["points"].get("bandwidth", {}).get("seconds", {})]
     summaries = {b: backend_summary(data, b) for b in backends}
     verdict = {b: verdicts(summaries[b]) for b in backends}
@@ -219,7 +221,7 @@ def main(argv=None) -> int:
     if args.command == "measure":
         if args.device == "cuda" and not torch.cuda.is_available():
             parser.error("--device cuda but torch sees no CUDA device")
-        args.backends = args.backends or (["cuda", "triton"] if args.device == "cuda" else ["cpu"])
+        args.backends = args.backends or list(compiled_for(args.device))
         measure_all(args)
         return 0
     return report(args)

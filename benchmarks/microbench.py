@@ -37,6 +37,7 @@ from failure import failure_reason  # noqa: E402
 from targets import format_targets, run_targets  # noqa: E402
 
 import dara_kernels as dk  # noqa: E402
+from dara_kernels.backends import compiled_for  # noqa: E402
 from dara_kernels.options import resolve_options  # noqa: E402
 from dara_kernels.reference import reference_advantage  # noqa: E402
 from dara_kernels.validation import prepare_inputs  # noqa: E402
@@ -281,7 +282,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but torch sees no CUDA device")
-    args.backends = args.backends or (["cuda", "triton"] if args.device == "cuda" else ["cpu"])
+    args.backends = args.backends or list(compiled_for(args.device))
     if args.quick:
         args.max_verl_n = min(args.max_verl_n, 16384)
 

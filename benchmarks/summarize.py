@@ -17,7 +17,7 @@ def machine_line(data: dict) -> str:
 
 
 def sweep_table(data: dict) -> None:
-    backends = [b for b in ("cpu", "cuda", "triton") if any(b in r["seconds"] for r in data["rows"])]
+    backends = [b for b in dict.fromkeys(k for r in data["rows"] for k in r["seconds"]) if b not in BASELINES]
     print("| N | K | G | method | layout | backend | ms | % of floor | floor x | "
           + " | ".join(f"x {b}" for b in BASELINES) + " |")
     print("|" + "---|" * (10 + len(BASELINES) - 1))

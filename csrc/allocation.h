@@ -1,5 +1,5 @@
 // What the bindings allocate, from the declarations generated into
-// core/generated_tables.h (dara_kernels/tables.py): the op's outputs, filled by field name
+// core/generated_tables.h (dara_kernels/wire.py): the op's outputs, filled by field name
 // and returned in schema order (outputs_tuple), and the per-group table
 // accumulate leaves for apply. Both bindings and the Triton driver allocate
 // from the same declarations, so the dtypes agree on every backend.

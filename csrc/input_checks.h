@@ -33,7 +33,7 @@ inline void check_elements(const OptTensor& t, int64_t size, const char* name) {
 }
 
 // The option vector: the scalar fields, then the column indices of the option whose kind indexes reward
-// columns (tables.INDEXED_COLUMNS: reward_gates' (gated, gate) pairs), each below K (is_reward_column).
+// columns (wire.INDEXED_COLUMNS: reward_gates' (gated, gate) pairs), each below K (is_reward_column).
 inline Options checked_options(at::ArrayRef<double> options, int K) {
   const int64_t columns = static_cast<int64_t>(options.size()) - kNumOptions;
   TORCH_CHECK(columns >= 0 && columns % kColumnEntry == 0, "dara: expected ", kNumOptions,

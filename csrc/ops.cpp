@@ -1,5 +1,5 @@
 // Registers the dara op schemas (generated into core/generated_tables.h from
-// dara_kernels/tables.py). Implementations register per device in
+// dara_kernels/wire.py). Implementations register per device in
 // cpu/binding.cpp and cuda/binding.cpp (device_layout, for every device, in
 // device_layout.cpp); the fake kernels
 // for torch.compile live in dara_kernels/_ops.py.

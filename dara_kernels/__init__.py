@@ -4,7 +4,7 @@ from .api import fused_advantage
 from .backends import BACKENDS, BackendUnavailable, unavailable_reason
 from .options import AdvantageOptions, resolve_options
 from .output import AdvantageOutput
-from .tables import BATCH_NORMS, METHODS, NAN_POLICIES, PRESETS
+from .wire import BATCH_NORMS, METHODS, NAN_POLICIES, PRESETS
 
 __all__ = [
     "fused_advantage", "AdvantageOutput", "AdvantageOptions", "resolve_options",

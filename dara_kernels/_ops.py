@@ -9,8 +9,8 @@ import torch
 from .allocation import empty_outputs
 from .options import AdvantageOptions
 from .output import AdvantageOutput, output_from_kernel
-from .tables import METHODS, OPTION_FIELDS, accumulator_sizes, combined_columns
 from .validation import PreparedInputs
+from .wire import METHODS, OPTION_FIELDS, accumulator_sizes, combined_columns
 
 _FIELD = {name: i for i, (name, _) in enumerate(OPTION_FIELDS)}
 

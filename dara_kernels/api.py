@@ -10,8 +10,8 @@ from . import backends
 from .distributed import distributed_advantage
 from .options import AdvantageOptions, resolve_options
 from .output import AdvantageOutput
-from .tables import COLUMN_OPTIONS, OPTION_KINDS, OPTIONS
 from .validation import prepare_inputs, reward_matrix
+from .wire import COLUMN_OPTIONS, OPTION_KINDS, OPTIONS
 
 TensorLike = Union[torch.Tensor, Sequence[float]]
 
@@ -24,7 +24,7 @@ def _resolved(method, preset, given: tuple) -> AdvantageOptions:
     return resolve_options(method, preset, **{name: value for name, _, value in given})
 
 
-# Each option's cache key, by its kind (tables.OPTION_KINDS).
+# Each option's cache key, by its kind (wire.OPTION_KINDS).
 _CACHE_KEYS = {o.name: OPTION_KINDS[o.kind].cache_key for o in OPTIONS}
 
 
@@ -63,7 +63,7 @@ def fused_advantage(
     response_mask: Optional[torch.Tensor] = None,
     response_lengths: Optional[torch.Tensor] = None,
     reward_bounds: Optional[TensorLike] = None,
-    # BEGIN GENERATED option keywords: one per tables.OPTIONS row (python scripts/generate_tables.py)
+    # BEGIN GENERATED option keywords: one per wire.OPTIONS row (python scripts/generate_wire.py)
     eps: Optional[float] = None,
     unbiased: Optional[bool] = None,
     scale_by_std: Optional[bool] = None,
@@ -94,14 +94,14 @@ def fused_advantage(
     per reward; NaN marks a reward that could not score a response. Give the
     groups as `group_size` (contiguous blocks) or `group_index` (any ids).
     Options left as None take the preset's value, then the method's default
-    (each option's row in tables.OPTIONS). reward_gates={"length": "correct"}
+    (each option's row in wire.OPTIONS). reward_gates={"length": "correct"}
     (names from reward_names, or column indices) lets a reward count only
     where its gate passes (docs/spec.md#reward-gates).
     """
     # By name, not from locals(): torch.compile (2.11) cannot trace locals().
     opts = _options(
         method, preset,
-        # BEGIN GENERATED option arguments: each option keyword by name (python scripts/generate_tables.py)
+        # BEGIN GENERATED option arguments: each option keyword by name (python scripts/generate_wire.py)
         eps=eps, unbiased=unbiased, scale_by_std=scale_by_std, batch_norm=batch_norm, bn_eps=bn_eps,
         nan_policy=nan_policy, active_tol=active_tol, alpha=alpha, density_floor=density_floor, saw_delta=saw_delta,
         sa_gamma=sa_gamma, apply_query_scale=apply_query_scale, singleton=singleton, calibration=calibration,
@@ -114,7 +114,7 @@ def fused_advantage(
         rewards, group_size=group_size, group_index=group_index, reward_weights=reward_weights,
         response_mask=response_mask, response_lengths=response_lengths,
         reward_bounds=reward_bounds, nan_policy=opts.nan_policy, batch_norm=opts.batch_norm,
-        validate=validate, value_checks="reduced" if process_group is not None else record.value_checks,
+        validate=validate, kernel_checks_infinite=record.kernel_checks_infinite, distributed=process_group is not None,
         **{name: getattr(opts, name) for name in COLUMN_OPTIONS})
     if process_group is None:
         return record.run(inputs, opts)

@@ -20,7 +20,6 @@ import torch
 from . import _ops
 from .output import AdvantageOutput
 from .reference import reference_advantage
-from .tables import MAX_REWARDS
 
 # reduce(accumulators, extrema) -> (accumulators, extrema): distributed mode's all-reduce between the stages.
 Reduce = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -37,11 +36,15 @@ class Backend:
     run(inputs, opts) computes one call; a backend that `accumulates` also
     takes run(inputs, opts, reduce), which combines its accumulators with the
     other ranks' between accumulate and finalize (distributed mode; the
-    reference has no such stage). `unavailable(device)` says why it cannot run on that device
-    here (None where it can). `devices`: the device types "auto" and the
-    check run it on. `tolerances`: |out - ref| / max(1, max|ref|) by reward
-    dtype (None for the reference itself). `value_checks`: who checks the
-    rewards' values outside distributed mode (validation.prepare_inputs).
+    reference has no such stage). `unavailable(device)` says why it cannot
+    run on that device here (None where it can). `devices`: the device types
+    "auto" and the check run it on. `max_rewards`: the reward columns it
+    takes (None: any); a backend whose kernels live in csrc/<name> sizes its
+    per-reward arrays by it (kMax<Name>Rewards, written by
+    scripts/generate_wire.py), Triton its lanes (triton/generated_tables.py's
+    MAX_REWARDS). `tolerances`: |out - ref| / max(1, max|ref|) by reward
+    dtype (None for the reference itself). `kernel_checks_infinite`: its
+    kernel finds a +-Inf reward in its own pass, so prepare_inputs need not.
     `test_mode`: how this package's tests run it without its device, which
     the check does not use."""
     name: str
@@ -50,7 +53,7 @@ class Backend:
     run: Callable[..., AdvantageOutput]
     max_rewards: Optional[int]
     tolerances: Optional[Mapping[torch.dtype, float]]
-    value_checks: str = "here"
+    kernel_checks_infinite: bool = False
     auto: bool = True
     accumulates: bool = True
     test_mode: str = ""
@@ -96,14 +99,19 @@ def _triton_run(inputs, opts, reduce: Optional[Reduce] = None) -> AdvantageOutpu
 # CPU accumulates in float64 for every input dtype: only the float32 output rounds.
 _CPU_TOLERANCES = {torch.float64: 2e-6, torch.float32: 1e-5, torch.bfloat16: 1e-5, torch.float16: 1e-5}
 
+# The float64 PyTorch oracle every other backend is compared against (the check, the tests).
+ORACLE = "reference"
+
 # In "auto" order for each device type.
 _REGISTRY: dict[str, Backend] = {b.name: b for b in (
-    Backend("reference", ("cpu", "cuda"), lambda device: None, reference_advantage, None, None, auto=False,
+    Backend(ORACLE, ("cpu", "cuda"), lambda device: None, reference_advantage, None, None, auto=False,
             accumulates=False),
-    Backend("cpu", ("cpu",), _cpu_reason, _ops.kernel_runner(), MAX_REWARDS["cpu"], _CPU_TOLERANCES,
-            value_checks="cpu-kernel"),
-    Backend("cuda", ("cuda",), _cuda_reason, _ops.kernel_runner(), MAX_REWARDS["cuda"], _same_everywhere(1e-4)),
-    Backend("triton", ("cuda",), _triton_reason, _triton_run, MAX_REWARDS["triton"], _same_everywhere(1e-4),
+    # 64 and 16: the kernels keep per-reward state in arrays of that size (csrc/cpu, csrc/cuda).
+    Backend("cpu", ("cpu",), _cpu_reason, _ops.kernel_runner(), 64, _CPU_TOLERANCES,
+            kernel_checks_infinite=True),
+    Backend("cuda", ("cuda",), _cuda_reason, _ops.kernel_runner(), 16, _same_everywhere(1e-4)),
+    # 16: a reward row in one power-of-two block of lanes, 32 with positive calibration's extra column.
+    Backend("triton", ("cuda",), _triton_reason, _triton_run, 16, _same_everywhere(1e-4),
             test_mode="the Triton interpreter on CPU is for the package's tests, not this check"),
 )}
 BACKENDS = ("auto", *_REGISTRY)
@@ -118,6 +126,11 @@ def backend(name: str) -> Backend:
 
 def registered() -> tuple[Backend, ...]:
     return tuple(_REGISTRY.values())
+
+
+def compiled_for(device_type: str) -> tuple[str, ...]:
+    """The registered backends but the oracle that run on `device_type`, in "auto" order."""
+    return tuple(b.name for b in _REGISTRY.values() if b.name != ORACLE and device_type in b.devices)
 
 
 @contextlib.contextmanager
@@ -163,7 +176,7 @@ def choose_backend(name: str, device: torch.device, num_rewards: int) -> Backend
             return candidate
     reasons = "; ".join(unavailable_reason(c.name, device, num_rewards) for c in candidates)
     if os.environ.get("DARA_ALLOW_REFERENCE") == "1":
-        return _REGISTRY["reference"]
+        return _REGISTRY[ORACLE]
     raise BackendUnavailable(
         f'backend="auto" found no compiled backend for {device}: {reasons}. '
         'Pass backend="reference" (float64 PyTorch, slower) or set DARA_ALLOW_REFERENCE=1 '

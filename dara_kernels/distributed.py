@@ -19,8 +19,8 @@ import torch.distributed as dist
 from .backends import Backend, BackendUnavailable, registered
 from .options import AdvantageOptions
 from .output import AdvantageOutput
-from .tables import ACCUMULATOR_SEGMENTS, METHOD_TRAITS, segment_offsets
 from .validation import PreparedInputs
+from .wire import ACCUMULATOR_SEGMENTS, METHOD_TRAITS, segment_offsets
 
 # The bad-input counts come before every K- or C-sized segment: their offsets
 # are the same for every reward and column count.

@@ -1,4 +1,4 @@
-"""The functions the option-kind rows point at (tables.OPTION_KINDS): each
+"""The functions the option-kind rows point at (wire.OPTION_KINDS): each
 kind's check, its cache key, its sample values for the check's sweep, and the
 resolution of reward gates against the reward names. Nothing here reads a
 table, so the tables can name these functions."""
@@ -182,7 +182,7 @@ def resolve_gates(pairs: tuple, names: Optional[tuple[str, ...]]) -> Optional[tu
 
 def check_against_k(name: str, columns: str, value: Any, k: int) -> None:
     """The K check of an option whose values name ("named": one per column) or index ("indexed") the K
-    reward columns (tables.OptionKind.columns); the C++ bindings repeat the "indexed" one (is_reward_column)."""
+    reward columns (wire.OptionKind.columns); the C++ bindings repeat the "indexed" one (is_reward_column)."""
     if columns == "named" and len(value) != k:
         raise ValueError(f"{name} must name each of the K={k} reward columns, got {len(value)} names: "
                          f"{list(value)}")

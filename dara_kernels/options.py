@@ -3,9 +3,9 @@
 Precedence: an explicit keyword beats the preset, the preset beats the
 method's default. The resolved set is what every backend receives; its
 `kernel_vector()` is the `float[]` the compiled ops take, in the order of
-`tables.KERNEL_FIELDS`. Every option's default and encoding is a row of
-`tables.OPTIONS` / `tables.KERNEL_FIELDS`, and its check that of its kind in
-`tables.OPTION_KINDS`; `AdvantageOptions` is generated from those tables
+`wire.KERNEL_FIELDS`. Every option's default and encoding is a row of
+`wire.OPTIONS` / `wire.KERNEL_FIELDS`, and its check that of its kind in
+`wire.OPTION_KINDS`; `AdvantageOptions` is generated from those tables
 (generated_options.py); defaults and presets: docs/spec.md#presets.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from .generated_options import AdvantageOptions
 from .option_checks import choice
-from .tables import METHOD_ONLY_OPTIONS, METHOD_TRAITS, METHODS, NAMED_COLUMNS, OPTION_KINDS, OPTIONS, PRESETS
+from .wire import METHOD_ONLY_OPTIONS, METHOD_TRAITS, METHODS, NAMED_COLUMNS, OPTION_KINDS, OPTIONS, PRESETS
 
 __all__ = ["AdvantageOptions", "default_batch_norm", "resolve_options"]
 

@@ -15,11 +15,11 @@ from typing import Any, Mapping, NamedTuple, Optional
 import torch
 
 from .option_checks import check_against_k
-from .tables import OPTION_KINDS, OPTIONS
+from .wire import OPTION_KINDS, OPTIONS
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 INDEX_DTYPES = (torch.int32, torch.int64)
-# The options checked against K, and how their values relate to the reward columns (tables.OptionKind.columns).
+# The options checked against K, and how their values relate to the reward columns (wire.OptionKind.columns).
 _COLUMN_KINDS = {o.name: OPTION_KINDS[o.kind].columns for o in OPTIONS if OPTION_KINDS[o.kind].columns}
 
 
@@ -110,7 +110,8 @@ def prepare_inputs(
     nan_policy: str,
     batch_norm: str,
     validate: bool,
-    value_checks: str = "here",
+    kernel_checks_infinite: bool = False,
+    distributed: bool = False,
     **column_options,
 ) -> PreparedInputs:
     """Every input checked and in the form the backends take, one step per
@@ -118,15 +119,15 @@ def prepare_inputs(
     check_reward_values (each names what it checks).
 
     column_options: the resolved options whose kind names or indexes the reward
-    columns (tables.OptionKind.columns: reward_names, reward_gates), checked
-    against K. value_checks says who checks the rewards for +-Inf (and NaN
-    under nan_policy="raise") and the lengths for negatives: "here";
-    "cpu-kernel" (the CPU kernel counts +-Inf in its own pass, so no separate
-    pass here unless nan_policy="raise" reads the rewards here anyway; NaN and
-    lengths are checked here); "reduced" (distributed mode: every rank's
-    kernel counts them into the accumulators, and after the all-reduce every
-    rank raises the same error, so none waits in a collective for a rank that
-    raised alone)."""
+    columns (wire.OptionKind.columns: reward_names, reward_gates), checked
+    against K. Who checks the rewards for +-Inf (and NaN under
+    nan_policy="raise") and the lengths for negatives: this function, except
+    that a backend whose kernel finds +-Inf in its own pass
+    (`kernel_checks_infinite`, the CPU kernel) is left that check unless
+    nan_policy="raise" reads the rewards here anyway; and `distributed`: none
+    here, every rank's kernel counts them into the accumulators and after the
+    all-reduce every rank raises the same error, so none waits in a collective
+    for a rank that raised alone."""
     rewards = reward_matrix(rewards)
     n, k = rewards.shape
     device = rewards.device
@@ -136,18 +137,17 @@ def prepare_inputs(
     group_size, group_index = group_layout(n, group_size, group_index, device)
     weights = reward_weight_vector(reward_weights, k, device, compiling, read_values)
     bounds = bounds_table(reward_bounds, k, device, read_values)
-    mask, lengths = token_inputs(response_mask, response_lengths, batch_norm, n, device,
-                                 read_values and value_checks != "reduced")
-    if read_values and n and value_checks != "reduced":
-        check_reward_values(rewards, nan_policy, infinite=value_checks == "here" or nan_policy == "raise")
+    here = read_values and not distributed
+    mask, lengths = token_inputs(response_mask, response_lengths, batch_norm, n, device, here)
+    if here and n:
+        check_reward_values(rewards, nan_policy, infinite=not kernel_checks_infinite or nan_policy == "raise")
     return PreparedInputs(rewards, group_size or 0, group_index, weights, mask, lengths, bounds,
-                          read_values and value_checks == "cpu-kernel", read_values and value_checks == "reduced",
-                          batch_norm == "token")
+                          here and kernel_checks_infinite, read_values and distributed, batch_norm == "token")
 
 
 def check_reward_columns(k: int, column_options: Mapping[str, Any]) -> None:
     """Each option whose kind names the reward columns has K names, and each whose kind indexes them
-    (by now resolved to column indices) indexes one below K (tables.OPTION_KINDS)."""
+    (by now resolved to column indices) indexes one below K (wire.OPTION_KINDS)."""
     for name in column_options:
         if name not in _COLUMN_KINDS:
             raise TypeError(f"prepare_inputs() got an unexpected keyword argument {name!r}")

@@ -41,7 +41,7 @@ PY="$VENV/bin/python"
 SRC="$VENV/dara-src"
 # The kernel and op tests: what a torch release can break.
 OP_SUITE=(tests/test_torch_op.py tests/test_cpu_backend.py tests/test_validation.py
-  tests/test_presets.py tests/test_reference.py tests/test_backend_choice.py tests/test_tables.py
+  tests/test_presets.py tests/test_reference.py tests/test_backend_choice.py tests/test_wire.py
   tests/test_distributed.py tests/test_setup_checks.py)
 total_start=$(date +%s)
 if [ -n "${DARA_PRUNE_ENVS:-}" ] && [ -z "$INSTALL_ONLY" ]; then

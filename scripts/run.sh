@@ -218,7 +218,7 @@ case "$job" in
     # shellcheck disable=SC2046
     "$VENV/bin/clang-format" --dry-run --Werror $(git ls-files 'csrc/*.h' 'csrc/*.cpp' 'csrc/*.cu' 'csrc/*.cuh') \
       || status=1
-    "$PY" scripts/generate_tables.py --check || status=1
+    "$PY" scripts/generate_wire.py --check || status=1
     exit $status ;;
   *) echo "usage: bash scripts/run.sh {train|test|demo|bench|lint} [args]" >&2; exit 2 ;;
 esac

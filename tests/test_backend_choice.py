@@ -4,21 +4,22 @@ import pytest
 import torch
 
 import dara_kernels as dk
-from dara_kernels.tables import MAX_REWARDS
+from dara_kernels import backends
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda", "triton"])
 def test_limits_are_reported_before_launch(backend):
     reason = dk.unavailable_reason(backend, torch.device("cuda" if backend == "cuda" else "cpu"),
-                                   MAX_REWARDS[backend] + 1)
+                                   backends.backend(backend).max_rewards + 1)
     assert reason is not None
     if backend == "cpu":
-        assert str(MAX_REWARDS["cpu"]) in reason
+        assert str(backends.backend("cpu").max_rewards) in reason
 
 
 def test_auto_names_the_limit_instead_of_a_kernel_error():
-    rewards = torch.rand(16, MAX_REWARDS["cpu"] + 1)
-    with pytest.raises(dk.BackendUnavailable, match=f"at most {MAX_REWARDS['cpu']} reward columns"):
+    rewards = torch.rand(16, backends.backend("cpu").max_rewards + 1)
+    limit = backends.backend("cpu").max_rewards
+    with pytest.raises(dk.BackendUnavailable, match=f"at most {limit} reward columns"):
         dk.fused_advantage(rewards, 4)
     out = dk.fused_advantage(rewards, 4, backend="reference")
     assert out.advantages.shape == (16,)
@@ -26,11 +27,11 @@ def test_auto_names_the_limit_instead_of_a_kernel_error():
 
 def test_explicit_backend_over_its_limit_raises():
     with pytest.raises(dk.BackendUnavailable, match="at most"):
-        dk.fused_advantage(torch.rand(8, MAX_REWARDS["cpu"] + 1), 4, backend="cpu")
+        dk.fused_advantage(torch.rand(8, backends.backend("cpu").max_rewards + 1), 4, backend="cpu")
 
 
 def test_at_the_limit_the_kernel_runs():
-    rewards = torch.rand(16, MAX_REWARDS["cpu"])
+    rewards = torch.rand(16, backends.backend("cpu").max_rewards)
     out = dk.fused_advantage(rewards, 4, method="gdpo")
     ref = dk.fused_advantage(rewards, 4, method="gdpo", backend="reference")
     torch.testing.assert_close(out.advantages, ref.advantages, atol=1e-5, rtol=1e-5)

@@ -17,7 +17,7 @@ from dara_kernels.check import __main__ as check_main
 from dara_kernels.check import runner, sweeps
 from dara_kernels.check.cases import make_case
 from dara_kernels.check.table_sweeps import dtype_calls, k_range_calls, option_calls
-from dara_kernels.tables import OPTION_NAMES, PRESETS
+from dara_kernels.wire import OPTION_NAMES, PRESETS
 
 pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension not built")
 
@@ -101,7 +101,7 @@ def test_a_required_backend_that_cannot_run_fails_the_check(monkeypatch, capsys)
 
 def test_the_sweep_comes_from_the_tables():
     """Every method, every option (each sample value of its kind's row,
-    tables.OPTION_KINDS), every preset, every K up to the widest limit."""
+    wire.OPTION_KINDS), every preset, every K up to the widest limit."""
     seen = {(name, repr(value)) for call in option_calls() for name, value in call.options.items()}
     assert {name for name, _ in seen} >= set(OPTION_NAMES) | {"method", "preset"}
     assert {value for name, value in seen if name == "method"} == {repr(m) for m in dk.METHODS}

@@ -5,10 +5,11 @@ import pytest
 import torch
 
 import dara_kernels as dk
+from dara_kernels import backends
 from dara_kernels.check.cases import make_case
 from dara_kernels.check.sweeps import EDGE_SWEEPS
 from dara_kernels.options import resolve_options
-from dara_kernels.tables import ACCUMULATOR_SEGMENTS, MAX_REWARDS, combined_columns, segment_offsets
+from dara_kernels.wire import ACCUMULATOR_SEGMENTS, combined_columns, segment_offsets
 from tests.compare import assert_matches, tolerance
 from tests.sweep import (
     DTYPES,
@@ -45,7 +46,7 @@ def test_edge_sweep(name):
 
 
 @pytest.mark.parametrize("calibration", ["positive", "symmetric"])
-@pytest.mark.parametrize("k", [8, MAX_REWARDS["cuda"]])
+@pytest.mark.parametrize("k", [8, backends.backend("cuda").max_rewards])
 def test_wide_rows_in_both_calibrations(k, calibration):
     """K = 8 (its own kernel) and the widest K: under positive calibration
     K + 1 combined columns, the most the per-lane arrays hold."""
@@ -164,7 +165,7 @@ def test_binding_rejects_what_it_cannot_run():
     from dara_kernels.options import resolve_options
 
     options = resolve_options("dara", None).kernel_vector()
-    limit = MAX_REWARDS["cuda"]
+    limit = backends.backend("cuda").max_rewards
     too_wide = torch.rand(32, limit + 1, device="cuda")
     weights = torch.ones(limit + 1, dtype=torch.float64, device="cuda")
     with pytest.raises(RuntimeError, match=f"1 to {limit} reward columns"):

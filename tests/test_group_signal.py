@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import dara_kernels as dk
-from dara_kernels import tables
+from dara_kernels import wire
 from dara_kernels.check.cases import signal_rewards
 
 BACKENDS = ["reference"] + (["cpu"] if dk.extension_available() else [])
@@ -57,7 +57,7 @@ def test_zero_gives_a_group_without_signal_nothing(backend, method):
     rewards = signal_rewards(torch.Generator().manual_seed(7), 64).float()
     out = dk.fused_advantage(rewards, 4, method=method, no_signal="zero", backend=backend)
     assert torch.equal(out.advantages[:4], torch.zeros(4))
-    if tables.METHOD_TRAITS[method].raw_extremes:
+    if wire.METHOD_TRAITS[method].raw_extremes:
         return
     without = dk.fused_advantage(rewards[4:], 4, method=method, backend=backend)
     torch.testing.assert_close(out.advantages[4:], without.advantages, rtol=1e-5, atol=1e-5)

@@ -12,11 +12,11 @@ from dara_kernels.group_signal import Sampling
 from dara_kernels.integrations import patching
 from dara_kernels.integrations.core import KEYWORDS, Honoured, advantages, configure, estimator_run
 from dara_kernels.integrations.groups import decide
-from dara_kernels.tables import OPTION_NAMES
+from dara_kernels.wire import OPTION_NAMES
 
 
 def test_every_option_of_the_table_reaches_the_op():
-    """A keyword added to tables.OPTIONS and fused_advantage is a user option of every framework unedited."""
+    """A keyword added to wire.OPTIONS and fused_advantage is a user option of every framework unedited."""
     assert set(OPTION_NAMES) <= KEYWORDS
     assert {"preset", "reward_bounds", "backend", "validate"} <= KEYWORDS
 

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 import dara_kernels as dk
+from dara_kernels import backends
 from dara_kernels.check.cases import make_case
 from dara_kernels.check.sweeps import EDGE_SWEEPS, OFFSET_RATIOS
-from dara_kernels.tables import MAX_REWARDS, OUTPUT_FIELDS
+from dara_kernels.wire import OUTPUT_FIELDS
 from tests.compare import assert_matches, tolerance
 from tests.sweep import (
     DTYPES,
@@ -74,9 +75,9 @@ def test_accumulate_counts_bad_rewards(policy, missing, gates):
     reward under a failing gate is still infinite (docs/spec.md#reward-gates)."""
     from dara_kernels.distributed import raise_on_bad_input
     from dara_kernels.options import resolve_options
-    from dara_kernels.tables import ACCUMULATOR_SEGMENTS, combined_columns, segment_offsets
     from dara_kernels.triton.fused import fused_advantage_triton
     from dara_kernels.validation import prepare_inputs
+    from dara_kernels.wire import ACCUMULATOR_SEGMENTS, combined_columns, segment_offsets
 
     rewards = make_case(9, "fixed", 3, nan_fraction=0.0, shape=(32, 4)).rewards
     rewards[[1, 30], [0, 2]] = torch.tensor([float("inf"), float("-inf")])
@@ -90,7 +91,7 @@ def test_accumulate_counts_bad_rewards(policy, missing, gates):
     opts = resolve_options("dara", None, nan_policy=policy, reward_gates=gates)
     inputs = prepare_inputs(rewards.to(DEVICE), group_size=4, group_index=None, reward_weights=None,
                             response_mask=None, response_lengths=None, reward_bounds=None, nan_policy=policy,
-                            batch_norm=opts.batch_norm, validate=True, value_checks="reduced",
+                            batch_norm=opts.batch_norm, validate=True, distributed=True,
                             reward_gates=opts.reward_gates)
     seen = {}
 
@@ -176,7 +177,7 @@ def test_deterministic():
 
 
 def test_at_the_column_limit():
-    k = MAX_REWARDS["triton"]
+    k = backends.backend("triton").max_rewards
     compare_once("triton", "dara", "shuffled", k, torch.float32, (31,), "token", "ignore", seed=2, device=DEVICE)
 
 

@@ -63,7 +63,7 @@ DARA_HD Real gated_reward(Real r, Real gate) {
 }
 
 // One row's K rewards as loaded, gated in place: each gate reads its column
-// as loaded, since no gate is itself gated (tables.INDEXED_COLUMNS). For a
+// as loaded, since no gate is itself gated (wire.INDEXED_COLUMNS). For a
 // compile-time K the gate column is selected, not indexed, so that the row
 // stays in registers on the GPU (an array indexed by a runtime value lives
 // in local memory).

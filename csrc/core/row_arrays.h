@@ -1,7 +1,7 @@
 // Sizes of a kernel's per-row arrays, fixed at compile time: KT rewards, or
 // for KT = 0 any K up to the backend's Limit (kMax*Rewards in generated_tables.h), and
 // CT combined columns, or for CT = 0 the most any mode has for Limit
-// rewards (max_column_count, from tables.COLUMN_MODES).
+// rewards (max_column_count, from wire.COLUMN_MODES).
 #pragma once
 #include "generated_tables.h"
 

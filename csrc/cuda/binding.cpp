@@ -1,6 +1,6 @@
 // Registers the CUDA kernels as the CUDA implementation of dara::fused_advantage
 // and dara::accumulate (K limit: kMaxCudaRewards in core/generated_tables.h, which Python
-// reads from dara_kernels/tables.py before launching). Built only when torch has CUDA. Nothing here reads a
+// reads from dara_kernels/wire.py before launching). Built only when torch has CUDA. Nothing here reads a
 // device value on the host, so the op can be captured in a CUDA graph.
 // Only c10/cuda headers: ATen/cuda/CUDAContext.h pulls in cuBLAS/cuSPARSE
 // headers, which a CUDA toolkit without those libraries lacks.

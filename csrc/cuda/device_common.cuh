@@ -42,7 +42,7 @@ constexpr int cuda_rewards() {
   return max_rewards<KT, kMaxCudaRewards>();
 }
 
-// The combined columns of any mode for KT rewards (max_column_count, tables.COLUMN_MODES).
+// The combined columns of any mode for KT rewards (max_column_count, wire.COLUMN_MODES).
 template <int KT>
 constexpr int cuda_columns() {
   return max_column_count(cuda_rewards<KT>());

@@ -14,8 +14,8 @@ from typing import Iterator, Optional
 
 import torch
 
-from ..backends import Backend, registered
-from ..tables import METHODS
+from ..backends import ORACLE, Backend, registered
+from ..wire import METHODS
 from .batches import paper_batch, verl_shaped_batch
 from .compare import Comparison, compare
 from .sweeps import EDGE_SWEEPS, Call, offset_calls
@@ -138,7 +138,7 @@ def sweep_settings():
 def compare_backends(results: list[BackendResult], calls) -> None:
     """Every call on every backend whose column limit it is within, against one reference run."""
     for call in calls:
-        ref = _outcome(call, "reference", "cpu")
+        ref = _outcome(call, ORACLE, "cpu")
         for result in results:
             if not result.takes(call):
                 result.skipped += 1
@@ -171,7 +171,7 @@ def time_backends(results: list[BackendResult]) -> None:
         rewards, ids, mask = make()
         call = Call(f"{batch_name} batch", rewards, {"group_index": ids, "response_mask": mask},
                     {"method": "dara", "preset": "verl"})
-        ref = _outcome(call, "reference", "cpu")
+        ref = _outcome(call, ORACLE, "cpu")
         for result in results:
             on_device = Call(call.label, rewards.to(result.device),
                              {k: v.to(result.device) for k, v in call.inputs.items()}, call.options)

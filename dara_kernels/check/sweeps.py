@@ -12,7 +12,7 @@ import torch
 
 from ..api import fused_advantage
 from ..output import AdvantageOutput
-from ..tables import METHODS
+from ..wire import METHODS
 from .cases import calibration_rewards, gate_columns, gate_rewards, offset_rewards, signal_rewards
 
 

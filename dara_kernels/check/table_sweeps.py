@@ -1,6 +1,6 @@
-"""The check's calls taken from the tables (tables.METHODS, tables.OPTIONS
-and each option kind's samples in tables.OPTION_KINDS, tables.PRESETS,
-tables.METHOD_TRAITS), so that a new method, option value or
+"""The check's calls taken from the tables (wire.METHODS, wire.OPTIONS
+and each option kind's samples in wire.OPTION_KINDS, wire.PRESETS,
+wire.METHOD_TRAITS), so that a new method, option value or
 preset is checked without editing this file: every method at every K up to
 the widest backend's limit, every option's values, every preset, every
 reward dtype and every mask dtype."""
@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import torch
 
 from ..option_checks import SAMPLE_COLUMNS
-from ..tables import (
+from ..wire import (
     METHOD_ONLY_OPTIONS,
     METHOD_PREDICATES,
     METHOD_TRAITS,
@@ -27,7 +27,7 @@ from .sweeps import Call
 REWARD_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 MASK_DTYPES = (torch.bool, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32,
                torch.float64)
-# option_calls' K: the sample names and gates of tables.OPTION_KINDS are for this many columns.
+# option_calls' K: the sample names and gates of wire.OPTION_KINDS are for this many columns.
 OPTION_K = SAMPLE_COLUMNS
 # Fixed layouts cycled over the K range: one group of 97, groups of one, groups of 13 and of 8.
 FIXED_SHAPES = ((97, 97), (97, 1), (104, 13), (64, 8))
@@ -35,7 +35,7 @@ FIXED_SHAPES = ((97, 97), (97, 1), (104, 13), (64, 8))
 
 def option_values(option: Option, default: Any) -> tuple:
     """The values of an option the check runs: its kind's samples
-    (tables.OPTION_KINDS), e.g. every choice, the other flag, a real value
+    (wire.OPTION_KINDS), e.g. every choice, the other flag, a real value
     far from the default, a name for each of OPTION_K columns."""
     return OPTION_KINDS[option.kind].samples(option, default)
 
@@ -92,7 +92,7 @@ def k_range_calls(max_k: int, edges: tuple[int, ...]) -> Iterator[Call]:
 
 
 def option_calls() -> Iterator[Call]:
-    """Every method with each value of every option it takes (tables.OPTIONS),
+    """Every method with each value of every option it takes (wire.OPTIONS),
     under every preset, with reward weights, and with reward bounds where
     its weights read the batch's extremes; K = 4, shuffled uneven groups, a
     bool mask (so that token normalisation has its weights)."""

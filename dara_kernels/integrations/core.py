@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import torch
 
 import dara_kernels as dk
-from dara_kernels.tables import OPTION_NAMES
+from dara_kernels.wire import OPTION_NAMES
 
 # The keywords a framework module passes to fused_advantage from the trainer's own data.
 RESERVED = frozenset({"group_size", "group_index", "reward_weights", "method", "process_group", "response_mask",

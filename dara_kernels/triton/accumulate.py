@@ -1,9 +1,9 @@
 """Accumulate stage: each program walks groups pid, pid + P, ... and writes
-its partial batch accumulators (offsets from the generated tables module) and
-extremes; the per-group table (`table`, tables.GroupTable: means, scales, DVAO
-weights, GRPO's summed-column statistics, kappa, signal bits) is left for
-apply. Partials are summed in program order by finalize, so results are
-deterministic. Lanes: common.py."""
+its partial batch accumulators and extremes (tables.store_accumulators and
+store_extrema, generated from their layout); the per-group table (`table`,
+tables.GroupTable: means, scales, DVAO weights, GRPO's summed-column
+statistics, kappa, signal bits) is left for apply. Partials are summed in
+program order by finalize, so results are deterministic. Lanes: common.py."""
 import triton
 import triton.language as tl
 
@@ -13,10 +13,10 @@ from .common import (
     SUM_ACTIVE,
     ZEROED,
     finish_column,
-    gate_lanes,
     group_bounds,
     group_signal,
     load_tile,
+    reward_lanes,
     row_columns,
     row_reward_sum,
 )
@@ -38,12 +38,7 @@ def accumulate_kernel(
     group_weighted = tables.group_weighted(method)
     drops = tables.drops_conflicts(method)
     raw = tables.raw_extremes(method)
-    positive = tl.cast(opts.calibration_positive, tl.int32)
-    kk = tl.arange(0, BLOCK_K)
-    kr = kk - positive
-    kmask = (kr >= 0) & (kr < K)
-    base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
-    gate, has_gate = gate_lanes(opts, kr, positive)
+    kk, kr, kmask, base, gate, has_gate = reward_lanes(opts, base_ptr, K, BLOCK_K)
     zero_k = tl.zeros([BLOCK_K], dtype=tl.float64)
     zero = tl.full((), 0.0, tl.float64)
     # Counts are kept in int32, a register each rather than a double's two: the 8-lane
@@ -164,31 +159,13 @@ def accumulate_kernel(
                 token_signal_v += tl.sum(col * w[:, None], 0)
                 token_cross_m += tl.sum(outer * w[:, None, None], 0)
         tl.store(table.kappa + g, (kept / size.to(tl.float32)).to(tl.float64))
-    out = partial_ptr + pid * tables.accumulator_size(K, C)
-    first = kk == 0
-    tl.store(out + tables.groups_at(K, C) + kk, groups + zero_k, mask=first)
-    tl.store(out + tables.rows_at(K, C) + kk, rows + zero_k, mask=first)
-    tl.store(out + tables.token_total_at(K, C) + kk, token_total + zero_k, mask=first)
-    tl.store(out + tables.infinite_rewards_at(K, C) + kk, tl.sum(infinite_v, 0) + zero_k, mask=first)
-    tl.store(out + tables.missing_rewards_at(K, C) + kk, tl.sum(missing_v, 0) + zero_k, mask=first)
-    # The Python distributed driver counts negative lengths into this slot.
-    tl.store(out + tables.negative_lengths_at(K, C) + kk, zero_k, mask=first)
-    tl.store(out + tables.informative_groups_at(K, C) + kk, informative_groups + zero_k, mask=first)
-    tl.store(out + tables.sum_informative_groups_at(K, C) + kk, sum_informative_groups + zero_k, mask=first)
-    tl.store(out + tables.conflict_groups_at(K, C) + kk, conflict_groups + zero_k, mask=first)
-    tl.store(out + tables.active_at(K, C) + kr, active_v.to(tl.float64), mask=kmask)
-    tl.store(out + tables.energy_at(K, C) + kr, energy_v, mask=kmask)
-    tl.store(out + tables.raw_count_at(K, C) + kr, count_v.to(tl.float64), mask=kmask)
-    tl.store(out + tables.raw_sum_at(K, C) + kr, raw_sum_v, mask=kmask)
-    tl.store(out + tables.raw_sum_sq_at(K, C) + kr, sum_sq_v, mask=kmask)
-    tl.store(out + tables.group_weight_at(K, C) + kr, weight_v, mask=kmask)
-    cmask = kk < C
-    tl.store(out + tables.signal_at(K, C) + kk, signal_v, mask=cmask)
-    tl.store(out + tables.token_signal_at(K, C) + kk, token_signal_v, mask=cmask)
-    cc = kk[:, None] * C + kk[None, :]
-    mask2 = cmask[:, None] & cmask[None, :]
-    tl.store(out + tables.cross_at(K, C) + cc, cross_m, mask=mask2)
-    tl.store(out + tables.token_cross_at(K, C) + cc, token_cross_m, mask=mask2)
-    extrema = extrema_ptr + pid * tables.extrema_size(K, C)
-    tl.store(extrema + tables.max_reward_at(K, C) + kr, max_v, mask=kmask)
-    tl.store(extrema + tables.max_negated_reward_at(K, C) + kr, max_negated_v, mask=kmask)
+    # The Python distributed driver counts negative lengths into their slot.
+    tables.store_accumulators(
+        partial_ptr + pid * tables.accumulator_size(K, C), K, C, kk, kr, kmask,
+        groups=groups, rows=rows, token_total=token_total, infinite_rewards=tl.sum(infinite_v, 0),
+        missing_rewards=tl.sum(missing_v, 0), negative_lengths=zero, informative_groups=informative_groups,
+        sum_informative_groups=sum_informative_groups, conflict_groups=conflict_groups, active=active_v,
+        energy=energy_v, raw_count=count_v, raw_sum=raw_sum_v, raw_sum_sq=sum_sq_v, group_weight=weight_v,
+        signal=signal_v, token_signal=token_signal_v, cross=cross_m, token_cross=token_cross_m)
+    tables.store_extrema(extrema_ptr + pid * tables.extrema_size(K, C), K, C, kk, kr, kmask,
+                         max_reward=max_v, max_negated_reward=max_negated_v)

@@ -6,7 +6,7 @@ import triton
 import triton.language as tl
 
 from . import generated_tables as tables
-from .common import ANY_ACTIVE, SUM_ACTIVE, ZEROED, gate_lanes, group_bounds, load_tile, row_columns
+from .common import ANY_ACTIVE, SUM_ACTIVE, ZEROED, group_bounds, load_tile, reward_lanes, row_columns
 
 
 # Sizes are not specialised (Triton would make 1 a constexpr and a multiple of 16 a hint): the variants
@@ -23,12 +23,7 @@ def apply_kernel(
     num_groups = tl.load(group_count_ptr)
     method = tl.cast(opts.method, tl.int32)
     combined = tables.summed_reward(method)
-    positive = tl.cast(opts.calibration_positive, tl.int32)
-    kk = tl.arange(0, BLOCK_K)
-    kr = kk - positive
-    kmask = (kr >= 0) & (kr < K)
-    base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
-    gate, has_gate = gate_lanes(opts, kr, positive)
+    kk, kr, kmask, base, gate, has_gate = reward_lanes(opts, base_ptr, K, BLOCK_K)
     combine = tl.load(affine_ptr + kk, mask=kk < C, other=0.0).to(tl.float32)
     shift = tl.load(affine_ptr + C).to(tl.float32)
     batch_scale = tl.load(affine_ptr + C + 1).to(tl.float32)

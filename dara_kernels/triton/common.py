@@ -24,6 +24,20 @@ from . import generated_tables as tables
 
 
 @triton.jit
+def reward_lanes(opts, base_ptr, K, BLOCK_K: tl.constexpr):
+    """What every tile of a kernel reads by lane (the module's Lanes): each
+    lane kk, its reward kr, whether it holds one, that reward's weight b_k in
+    float64, and its gate (gate_lanes)."""
+    positive = tl.cast(opts.calibration_positive, tl.int32)
+    kk = tl.arange(0, BLOCK_K)
+    kr = kk - positive
+    kmask = (kr >= 0) & (kr < K)
+    base = tl.load(base_ptr + kr, mask=kmask, other=0.0).to(tl.float64)
+    gate, has_gate = gate_lanes(opts, kr, positive)
+    return kk, kr, kmask, base, gate, has_gate
+
+
+@triton.jit
 def gate_lanes(opts, kr, positive):
     """(each lane's gate as the lane it is read from, its own where it has
     none; whether it has one): opts.gate by reward, no gate anywhere

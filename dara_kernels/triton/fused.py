@@ -17,8 +17,8 @@ import triton.language as tl
 from ..allocation import empty_group_table, empty_outputs
 from ..options import AdvantageOptions
 from ..output import AdvantageOutput
-from ..tables import SIGNAL_COUNTS, accumulator_sizes, kernel_columns
 from ..validation import PreparedInputs
+from ..wire import SIGNAL_COUNTS, accumulator_sizes, kernel_columns
 from .accumulate import accumulate_kernel
 from .apply import apply_kernel
 from .finalize import finalize_kernel
@@ -99,8 +99,8 @@ def _runtime_parameters(kernel) -> tuple[str, ...]:
 
 def bind(kernel, values: dict) -> list:
     """The kernel's runtime arguments (all but its constexprs), in its parameter order, by name: the
-    options (`opts`, one argument, tables.KernelOptions, whose fields the kernels read by name), the group table
-    (tables.GroupTable), each output as `<field>_ptr`, and the layout and sizes."""
+    options (`opts`, one argument, generated_tables.KernelOptions, whose fields the kernels read by name), the
+    group table (generated_tables.GroupTable), each output as `<field>_ptr`, and the layout and sizes."""
     return [values[name] for name in _runtime_parameters(kernel)]
 
 
@@ -121,7 +121,7 @@ def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, values: dict
     token = _token_weights(inputs)
     unused = layout.num_groups
     # An unused pointer of the token weights' own dtype: one kernel variant either way. Flags go as floats, as
-    # the options do (scripts/generate_tables.py): an int 1 would specialise, a bool breaks older interpreters.
+    # the options do (scripts/generate_wire.py): an int 1 would specialise, a bool breaks older interpreters.
     no_token = torch.empty(0, dtype=torch.float64, device=device)
     values.update(
         rewards_ptr=rewards, rows_ptr=layout.rows if layout.rows is not None else unused,

@@ -30,7 +30,7 @@ from dara_kernels.check.runner import BackendResult, check_calls, compare_backen
 from dara_kernels.check.sweeps import Call
 from dara_kernels.check.table_sweeps import k_range_calls
 from dara_kernels.output import AdvantageOutput
-from dara_kernels.tables import OUTPUT_FIELDS
+from dara_kernels.wire import OUTPUT_FIELDS
 
 NAME = "cuda_emulated"
 # An H100's multiprocessors; sm_80's opt-in shared memory a block (the smaller of the build's two targets).
@@ -48,7 +48,7 @@ def _cpu_only(device: torch.device) -> Optional[str]:
 def emulated_backend() -> backends.Backend:
     cuda = backends.backend("cuda")
     return backends.Backend(NAME, ("cpu",), _cpu_only, _ops.kernel_runner("dara_emulated"), cuda.max_rewards,
-                            cuda.tolerances, value_checks=cuda.value_checks, auto=False)
+                            cuda.tolerances, kernel_checks_infinite=cuda.kernel_checks_infinite, auto=False)
 
 
 def configure(multiprocessors: int = MULTIPROCESSORS, seed: int = 0, shared_optin: int = SHARED_OPTIN) -> None:

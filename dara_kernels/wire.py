@@ -2,13 +2,14 @@
 each method's traits, every option (its kind, check, default and kernel
 encoding), the packed option vector, the accumulator wire format (what ranks
 all-reduce, docs/spec.md#distributed-mode), the per-group table accumulate
-leaves for apply, the output fields and the per-backend reward-column limits;
-besides the tables, the few pure functions that read sizes and codes off them
-(combined_columns, kernel_columns, segment_offsets, accumulator_sizes, ...).
+leaves for apply and the output fields; besides the tables, the few pure
+functions that read sizes and codes off them (combined_columns,
+kernel_columns, segment_offsets, accumulator_sizes, ...). A backend's column
+limit is in its record (dara_kernels/backends.py).
 
 `csrc/core/generated_tables.h` and `dara_kernels/triton/generated_tables.py`
-are generated from these tables by `python scripts/generate_tables.py`;
-`tests/test_tables.py` fails when either is stale, so no copy can drift. The
+are generated from these tables by `python scripts/generate_wire.py`;
+`tests/test_wire.py` fails when either is stale, so no copy can drift. The
 reference backend alone reads the options itself: it is the independent oracle
 these tables are tested against.
 """
@@ -330,12 +331,6 @@ OUTPUT_FIELDS = (
     ("sum_informative", "N", "bool"),  # the row's group's weighted summed reward varies
     *((name, "", "int64") for name in SIGNAL_COUNTS),
 )
-
-# Reward columns each compiled backend handles: the CPU and CUDA kernels keep
-# per-reward state in fixed-size arrays, and Triton holds a reward row in one
-# power-of-two block.
-MAX_REWARDS = {"cpu": 64, "cuda": 16, "triton": 16}
-
 
 def max_combined_columns(k: int) -> int:
     """The most combined columns any mode has for K rewards (COLUMN_MODES): the

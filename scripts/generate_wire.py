@@ -173,17 +173,17 @@ def _cpp_group_table() -> list[str]:
     return lines
 
 
-def _backend(name: str = ""):
-    """The backend registry (dara_kernels.backends), imported when first rendered: it imports
-    generated_options.py, which GENERATED renders first."""
-    backends = importlib.import_module("dara_kernels.backends")
-    return backends.backend(name) if name else backends.registered()
+def _registry():
+    """dara_kernels.backends, imported when first rendered: it imports generated_options.py, which GENERATED
+    renders first."""
+    return importlib.import_module("dara_kernels.backends")
 
 
 def _compiled_limits() -> dict[str, int]:
     """Each registered backend whose kernels live in csrc/<name>: its record's column limit, the size of its
     kernels' per-reward arrays."""
-    return {b.name: b.max_rewards for b in _backend() if b.max_rewards and (ROOT / "csrc" / b.name).is_dir()}
+    return {b.name: b.max_rewards for b in _registry().registered()
+            if b.max_rewards and (ROOT / "csrc" / b.name).is_dir()}
 
 
 def _indexed_option():
@@ -291,7 +291,7 @@ def _triton_options() -> list[str]:
              '    """The packed option vector (AdvantageOptions.kernel_vector()) as the kernels\' argument: the',
              "    scalar fields typed, and each reward's gate column from the (gated, gate) pairs that follow",
              '    them, kNoGate for none."""',
-             f"    gate = [{float(wire.NO_GATE)}] * {_backend('triton').max_rewards}",
+             f"    gate = [{float(wire.NO_GATE)}] * {_registry().backend('triton').max_rewards}",
              f"    for i in range({len(names)}, len(vector), 2):",
              "        gate[int(vector[i])] = float(vector[i + 1])",
              "    return KernelOptions("]
@@ -308,7 +308,7 @@ def triton_module() -> str:
     lines += [f"{m.upper()} = tl.constexpr({c})" for m, c in wire.METHOD_CODE.items()]
     lines += [f"BATCH_NORM_{b.upper()} = tl.constexpr({c})" for b, c in wire.BATCH_NORM_CODE.items()]
     lines += ["# The triton record's column limit (dara_kernels/backends.py).",
-              f"MAX_REWARDS = tl.constexpr({_backend('triton').max_rewards})"]
+              f"MAX_REWARDS = tl.constexpr({_registry().backend('triton').max_rewards})"]
     lines += [f"NO_GATE = tl.constexpr({wire.NO_GATE})"]
     signals = len(wire.SIGNAL_COUNTS)
     lines += ["# The group-signal counts: adjacent accumulator slots, read as one block.",

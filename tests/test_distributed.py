@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not dk.extension_available(), reason="extension 
 
 METHODS = ["grpo", "gdpo", "dara", "dvao", "saw", "sa_mrpo", "gd2po_hard"]
 # Bad input on rank 1 only: (label, how rank 1's rewards and response_lengths are spoilt, extra options, the
-# error both ranks raise). Every rank passes valid lengths otherwise.
+# error both ranks raise, or "no error"). Every rank passes valid lengths otherwise.
 BAD_INPUTS = [
     ("inf", lambda r, n: r.index_fill_(0, torch.tensor([3]), float("inf")), {}, r"3 \+-Inf entries"),
     ("nan-raise", lambda r, n: r.index_fill_(0, torch.tensor([5]), float("nan")), {"nan_policy": "raise"},
@@ -25,6 +25,9 @@ BAD_INPUTS = [
     # Rank 0 alone sees valid lengths: only the all-reduced count can stop it before negative token weights.
     ("negative-length", lambda r, n: n.index_fill_(0, torch.tensor([2]), -1), {"batch_norm": "token"},
      r"^response_lengths must be >= 0; 1 are negative across the ranks of process_group$"),
+    # validate=False reads no values, so not the reduced counts either (nor under torch.compile or graph capture).
+    ("inf-unvalidated", lambda r, n: r.index_fill_(0, torch.tensor([3]), float("inf")), {"validate": False},
+     r"^no error$"),
 ]
 # A collective left waiting on a rank that raised would stop here, far past a healthy call's time.
 COLLECTIVE_TIMEOUT_S = 20

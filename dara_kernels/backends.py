@@ -128,9 +128,14 @@ def registered() -> tuple[Backend, ...]:
     return tuple(_REGISTRY.values())
 
 
+def compiled() -> tuple[Backend, ...]:
+    """Every registered backend but the oracle: what the check compares with it."""
+    return tuple(b for b in _REGISTRY.values() if b.name != ORACLE)
+
+
 def compiled_for(device_type: str) -> tuple[str, ...]:
-    """The registered backends but the oracle that run on `device_type`, in "auto" order."""
-    return tuple(b.name for b in _REGISTRY.values() if b.name != ORACLE and device_type in b.devices)
+    """The names of those that run on `device_type`, in "auto" order (the benchmarks' default)."""
+    return tuple(b.name for b in compiled() if device_type in b.devices)
 
 
 @contextlib.contextmanager

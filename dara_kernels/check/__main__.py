@@ -15,7 +15,7 @@ import time
 import torch
 
 from .. import __version__
-from ..backends import backend
+from ..backends import backend, compiled
 from .batches import PAPER_GROUP, PAPER_PROMPTS, PAPER_TOKENS, VERL_GROUP, VERL_K, VERL_PROMPTS, VERL_TOKENS
 from .runner import (
     TIMED_BATCHES,
@@ -24,7 +24,6 @@ from .runner import (
     backend_device,
     check_calls,
     compare_backends,
-    compiled_backends,
     sweep_settings,
     time_backends,
 )
@@ -75,7 +74,7 @@ def format_report(results: list[BackendResult], unavailable: dict[str, str], sec
 
 
 def main(argv=None) -> int:
-    names = [b.name for b in compiled_backends()]
+    names = [b.name for b in compiled()]
     parser = argparse.ArgumentParser(prog="python -m dara_kernels.check", description=__doc__.splitlines()[0])
     parser.add_argument("--backends", nargs="+", choices=names, default=names,
                         help="the backends to check (default: every one that can run here)")

@@ -14,7 +14,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from ..backends import ORACLE, Backend, registered
+from ..backends import ORACLE, Backend
 from ..wire import METHODS
 from .batches import paper_batch, verl_shaped_batch
 from .compare import Comparison, compare
@@ -22,11 +22,6 @@ from .sweeps import EDGE_SWEEPS, Call, offset_calls
 from .table_sweeps import dtype_calls, k_range_calls, option_calls
 
 TIMED_CALLS = 5
-
-
-def compiled_backends() -> tuple[Backend, ...]:
-    """The backends the check compares with the reference: every registered one but the reference."""
-    return tuple(b for b in registered() if b.tolerances is not None)
 
 
 def backend_device(record: Backend) -> tuple[Optional[str], Optional[str]]:

@@ -3,6 +3,7 @@ result equals the one-process result on the concatenated batch, a one-rank
 group gives the same bits as no group, and bad input on one rank makes every
 rank raise the same error without waiting in a collective."""
 import os
+import pathlib
 import tempfile
 
 import pytest
@@ -66,7 +67,7 @@ class OpNames(TorchFunctionMode):
 
 def gloo_threads() -> list[str]:
     """This process's threads that gloo runs: none once the group is destroyed, unless something still holds it."""
-    names = [open(f"/proc/self/task/{task}/comm").read().strip() for task in os.listdir("/proc/self/task")]
+    names = [comm.read_text().strip() for comm in pathlib.Path("/proc/self/task").glob("*/comm")]
     return [name for name in names if "gloo" in name]
 
 

@@ -9,10 +9,21 @@
 #include "core/generated_tables.h"
 
 extern "C" {
-// An importable module so `import dara_kernels._C` loads the op registrations.
+// An importable module so `import dara_kernels._C` loads the op registrations. `built_with_cuda` tells Python
+// whether the CUDA kernels registered, as a constant read once: torch.compile cannot trace a dispatcher query.
 PyObject* PyInit__C(void) {
   static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
-  return PyModule_Create(&module_def);
+  PyObject* module = PyModule_Create(&module_def);
+#ifdef DARA_WITH_CUDA
+  const long built_with_cuda = 1;
+#else
+  const long built_with_cuda = 0;
+#endif
+  if (module != nullptr && PyModule_AddIntConstant(module, "built_with_cuda", built_with_cuda) != 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
 }
 }
 

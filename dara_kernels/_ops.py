@@ -10,16 +10,18 @@ from .allocation import empty_outputs
 from .options import AdvantageOptions
 from .output import AdvantageOutput, output_from_kernel
 from .validation import PreparedInputs
-from .wire import METHODS, OPTION_FIELDS, accumulator_sizes, combined_columns
-
-_FIELD = {name: i for i, (name, _) in enumerate(OPTION_FIELDS)}
+from .wire import accumulator_sizes, vector_columns
 
 try:
-    from . import _C  # noqa: F401  (registers torch.ops.dara.*)
+    from . import _C  # registers torch.ops.dara.*
 
     EXTENSION_ERROR: Optional[str] = None
+    # Whether _C registered CUDA kernels: a constant, so that choosing a backend inside torch.compile reads a
+    # Python bool rather than asking the dispatcher (which Dynamo cannot trace) on every call.
+    CUDA_KERNELS_COMPILED = bool(_C.built_with_cuda)
 except ImportError as err:
     EXTENSION_ERROR = f"the compiled extension dara_kernels._C did not load ({err})"
+    CUDA_KERNELS_COMPILED = False
 
 
 def extension_available() -> bool:
@@ -42,27 +44,26 @@ def set_token_cache_bytes(max_bytes: int) -> int:
     return int(torch.ops.dara.set_token_cache_bytes(max_bytes))
 
 
-def cuda_kernels_compiled() -> bool:
-    return extension_available() and torch._C._dispatch_has_kernel_for_dispatch_key(
-        "dara::fused_advantage", "CUDA")
+def register_fakes(library: str) -> None:
+    """The fake kernels torch.compile and FakeTensorMode run in place of `library`'s fused_advantage and
+    accumulate (the schemas of wire.FUSED_ADVANTAGE_SCHEMA and ACCUMULATE_SCHEMA): output shapes only."""
 
-
-if extension_available():
-
-    @torch.library.register_fake("dara::fused_advantage")
+    @torch.library.register_fake(f"{library}::fused_advantage")
     def _fused_advantage_fake(rewards, group_index, group_size, reward_weights, response_mask,
                               response_lengths, reward_bounds, accumulators, extrema, options):
         n, k = rewards.shape
         t = response_mask.shape[1] if response_mask is not None else None
         return tuple(empty_outputs(n, k, t, rewards.device).values())
 
-    @torch.library.register_fake("dara::accumulate")
+    @torch.library.register_fake(f"{library}::accumulate")
     def _accumulate_fake(rewards, group_index, group_size, reward_weights, response_mask,
                          response_lengths, options):
-        k = rewards.shape[1]
-        method, positive = METHODS[int(options[_FIELD["method"]])], bool(options[_FIELD["calibration_positive"]])
-        m, e = accumulator_sizes(k, combined_columns(method, k, positive))
+        m, e = accumulator_sizes(rewards.shape[1], vector_columns(options, rewards.shape[1]))
         return (rewards.new_empty(m, dtype=torch.float64), rewards.new_empty(e, dtype=torch.float64))
+
+
+if extension_available():
+    register_fakes("dara")
 
     @torch.library.register_fake("dara::device_layout")
     def _device_layout_fake(group_index):

@@ -42,6 +42,9 @@ def _options(method, preset, **given) -> AdvantageOptions:
     of its call here. The key holds the type of each value and of everything
     inside it, so values equal as keys (1 and True, {0: 1} and {0.0: 1}) are
     still checked separately."""
+    if torch.compiler.is_compiling():
+        # Dynamo traces through an lru_cache (and warns that it does): resolving once per trace is the same.
+        return resolve_options(method, preset, **given)
     key = tuple((name, _types(value), _CACHE_KEYS[name](value)) for name, value in given.items()
                 if value is not None)
     try:

@@ -20,9 +20,7 @@ import torch
 from . import _ops
 from .output import AdvantageOutput
 from .reference import reference_advantage
-
-# reduce(accumulators, extrema) -> (accumulators, extrema): distributed mode's all-reduce between the stages.
-Reduce = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+from .triton import library as triton_library
 
 
 class BackendUnavailable(RuntimeError):
@@ -78,7 +76,7 @@ def _cuda_reason(device: torch.device) -> Optional[str]:
     if device.type != "cuda":
         return f'backend="cuda" needs CUDA tensors, got {device}'
     reason = _extension_reason("cuda")
-    if reason is None and not _ops.cuda_kernels_compiled():
+    if reason is None and not _ops.CUDA_KERNELS_COMPILED:
         reason = ('backend="cuda" is unavailable: dara_kernels._C was built without CUDA '
                   "(reinstall with a CUDA torch and nvcc present, or DARA_BUILD_CUDA=1)")
     return reason
@@ -88,12 +86,6 @@ def _triton_reason(device: torch.device) -> Optional[str]:
     from .triton import triton_unavailable_reason
 
     return triton_unavailable_reason(device)
-
-
-def _triton_run(inputs, opts, reduce: Optional[Reduce] = None) -> AdvantageOutput:
-    from .triton import triton_fused_advantage
-
-    return triton_fused_advantage(inputs, opts, reduce)
 
 
 # CPU accumulates in float64 for every input dtype: only the float32 output rounds.
@@ -111,7 +103,8 @@ _REGISTRY: dict[str, Backend] = {b.name: b for b in (
             kernel_checks_infinite=True),
     Backend("cuda", ("cuda",), _cuda_reason, _ops.kernel_runner(), 16, _same_everywhere(1e-4)),
     # 16: a reward row in one power-of-two block of lanes, 32 with positive calibration's extra column.
-    Backend("triton", ("cuda",), _triton_reason, _triton_run, 16, _same_everywhere(1e-4),
+    Backend("triton", ("cuda",), _triton_reason, _ops.kernel_runner(triton_library.LIBRARY), 16,
+            _same_everywhere(1e-4),
             test_mode="the Triton interpreter on CPU is for the package's tests, not this check"),
 )}
 BACKENDS = ("auto", *_REGISTRY)

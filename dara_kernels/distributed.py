@@ -7,9 +7,10 @@ doubles) -> the bad-input check on the summed counts -> finalize + apply
 min/max (SAW and SA-MRPO without reward_bounds) add one MAX all-reduce of 2K
 doubles. All collectives are public torch.distributed calls.
 
-Each backend's record (backends.py) runs its stages around `reduce`: the
-compiled ops call accumulate, reduce, then the fused op (_ops.kernel_runner);
-Triton's driver all-reduces between its launches.
+Each kernel backend's record (backends.py) runs its stages around `reduce`
+through one caller, _ops.kernel_runner: its library's accumulate op, reduce,
+then its fused op with the reduced sums (dara:: for the CPU and CUDA
+kernels, dara_triton:: for Triton).
 """
 from __future__ import annotations
 

@@ -8,7 +8,6 @@ always. Shape, dtype and option checks always run.
 """
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Mapping, NamedTuple, Optional
 
@@ -46,12 +45,6 @@ class PreparedInputs(NamedTuple):
     @property
     def num_rewards(self) -> int:
         return self.rewards.shape[1]
-
-
-@functools.lru_cache(maxsize=64)
-def _unit_weights(k: int, device: torch.device) -> torch.Tensor:
-    """The default reward_weights, made once per (K, device): every backend only reads them."""
-    return torch.ones(k, dtype=torch.float64, device=device)
 
 
 def _check_tensor(name: str, value, device: torch.device) -> torch.Tensor:
@@ -135,7 +128,7 @@ def prepare_inputs(
     check_reward_columns(k, column_options)
     read_values = validate and value_checks_possible(device, compiling)
     group_size, group_index = group_layout(n, group_size, group_index, device)
-    weights = reward_weight_vector(reward_weights, k, device, compiling, read_values)
+    weights = reward_weight_vector(reward_weights, k, device, read_values)
     bounds = bounds_table(reward_bounds, k, device, read_values)
     here = read_values and not distributed
     mask, lengths = token_inputs(response_mask, response_lengths, batch_norm, n, device, here)
@@ -177,11 +170,12 @@ def group_layout(n: int, group_size: Optional[int], group_index, device: torch.d
     return None, group_index.to(torch.int64).contiguous()
 
 
-def reward_weight_vector(reward_weights, k: int, device: torch.device, compiling: bool,
-                         read_values: bool) -> torch.Tensor:
+def reward_weight_vector(reward_weights, k: int, device: torch.device, read_values: bool) -> torch.Tensor:
     """reward_weights as a contiguous float64 [K] (ones when not given), finite where values can be read."""
     if reward_weights is None:
-        weights = _unit_weights(k, device) if not compiling else torch.ones(k, dtype=torch.float64, device=device)
+        # Made afresh each call: a tensor kept between calls would belong to the first call's fake mode when
+        # torch.export or a second compile traces another.
+        weights = torch.ones(k, dtype=torch.float64, device=device)
     else:
         weights = torch.as_tensor(reward_weights, dtype=torch.float64, device=device)
         if weights.shape != (k,):

@@ -4,8 +4,9 @@ encoding), the packed option vector, the accumulator wire format (what ranks
 all-reduce, docs/spec.md#distributed-mode), the per-group table accumulate
 leaves for apply and the output fields; besides the tables, the few pure
 functions that read sizes and codes off them (combined_columns,
-kernel_columns, segment_offsets, accumulator_sizes, ...). A backend's column
-limit is in its record (dara_kernels/backends.py).
+vector_columns, segment_offsets, accumulator_sizes, ...); and the schemas of
+the compiled ops. A backend's column limit is in its record
+(dara_kernels/backends.py).
 
 `csrc/core/generated_tables.h` and `dara_kernels/triton/generated_tables.py`
 are generated from these tables by `python scripts/generate_wire.py`;
@@ -332,17 +333,34 @@ OUTPUT_FIELDS = (
     *((name, "", "int64") for name in SIGNAL_COUNTS),
 )
 
+# The schemas of the compiled ops, which every kernel library registers: dara:: (csrc/ops.cpp, through
+# core/generated_tables.h) and the Triton backend's dara_triton:: (triton/library.py).
+_OP_INPUTS = ("Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, Tensor? response_mask, "
+              "Tensor? response_lengths")
+FUSED_ADVANTAGE_SCHEMA = (
+    f"fused_advantage({_OP_INPUTS}, Tensor? reward_bounds, Tensor? accumulators, Tensor? extrema, float[] options) "
+    f"-> ({', '.join(f'Tensor {name}' for name, _, _ in OUTPUT_FIELDS)})")
+ACCUMULATE_SCHEMA = f"accumulate({_OP_INPUTS}, float[] options) -> (Tensor accumulators, Tensor extrema)"
+
+
 def max_combined_columns(k: int) -> int:
     """The most combined columns any mode has for K rewards (COLUMN_MODES): the
     size of the kernels' per-row column arrays."""
     return max(per_reward * k + constant for per_reward, constant in COLUMN_MODES.values())
 
 
-def kernel_columns(opts, k: int) -> tuple[int, int]:
-    """(C, lanes) of a call: its combined columns, and the lanes a Triton tile
-    holds, enough for each reward and each combined column."""
-    c = combined_columns(opts.method, k, opts.calibration == "positive")
-    return c, max(k, c)
+_VECTOR_FIELD = {f.name: i for i, f in enumerate(KERNEL_FIELDS)}
+
+
+def vector_field(options, name: str) -> float:
+    """One scalar field of a packed option vector (kernel_vector), by its KERNEL_FIELDS name."""
+    return options[_VECTOR_FIELD[name]]
+
+
+def vector_columns(options, k: int) -> int:
+    """C of a call, from its packed option vector."""
+    method = METHODS[int(vector_field(options, "method"))]
+    return combined_columns(method, k, bool(vector_field(options, "calibration_positive")))
 
 
 def _size(kind: str, k: int, c: int) -> int:

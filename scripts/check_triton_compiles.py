@@ -98,7 +98,7 @@ def call_launches(rewards, layout: dict, options: dict) -> list[tuple]:
     """(kernel, grid, arguments, keywords) of every launch one fused_advantage call makes, its tensors moved
     to the meta device."""
     import dara_kernels as dk
-    from dara_kernels.triton.fused import fused_advantage_triton
+    from dara_kernels.triton.fused import fused_advantage
     from dara_kernels.validation import prepare_inputs
 
     def meta(value):
@@ -118,7 +118,9 @@ def call_launches(rewards, layout: dict, options: dict) -> list[tuple]:
     def record(kernel, grid, *args, **keywords):
         launches.append((kernel, grid, args, keywords))
 
-    fused_advantage_triton(inputs, opts, run=record)
+    fused_advantage(inputs.rewards, inputs.group_index, inputs.group_size, inputs.reward_weights,
+                    inputs.response_mask, inputs.response_lengths, inputs.reward_bounds, None, None,
+                    opts.kernel_vectors[0], run=record)
     return launches
 
 

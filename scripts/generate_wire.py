@@ -108,13 +108,13 @@ def _cpp_layout_struct(struct: str, segments, extra: list[str]) -> list[str]:
     for name, kind, start in starts:
         base = _expression(start)
         if kind == "1":
-            lines.append(f"  DARA_HD int {name}() const {{ return {base}; }}")
+            lines.append(f"  DARA_HD constexpr int {name}() const {{ return {base}; }}")
         elif kind in ("K", "C"):
             arg = "k" if kind == "K" else "c"
-            lines.append(f"  DARA_HD int {name}(int {arg}) const {{ return {_plus(base, arg)}; }}")
+            lines.append(f"  DARA_HD constexpr int {name}(int {arg}) const {{ return {_plus(base, arg)}; }}")
         else:
-            lines.append(f"  DARA_HD int {name}(int c, int d) const {{ return {_plus(base, 'c * C + d')}; }}")
-    lines.append(f"  DARA_HD int size() const {{ return {_expression(total)}; }}")
+            lines.append(f"  DARA_HD constexpr int {name}(int c, int d) const {{ return {_plus(base, 'c * C + d')}; }}")
+    lines.append(f"  DARA_HD constexpr int size() const {{ return {_expression(total)}; }}")
     lines.extend(extra)
     lines.append("};")
     return lines
@@ -235,8 +235,8 @@ def cpp_header() -> str:
     extrema_starts, extrema_total = _symbolic_starts(wire.EXTREMA_SEGMENTS)
     extra = [""]
     for name, _, start in extrema_starts:
-        extra.append(f"  DARA_HD int {name}(int k) const {{ return {_plus(_expression(start), 'k')}; }}")
-    extra.append(f"  DARA_HD int extrema_size() const {{ return {_expression(extrema_total)}; }}")
+        extra.append(f"  DARA_HD constexpr int {name}(int k) const {{ return {_plus(_expression(start), 'k')}; }}")
+    extra.append(f"  DARA_HD constexpr int extrema_size() const {{ return {_expression(extrema_total)}; }}")
     lines += _cpp_layout_struct("AccumulatorLayout", wire.ACCUMULATOR_SEGMENTS, extra)
     lines += ["", "enum OutputField : int {"]
     lines += [f"  kOut{_camel(name)} = {i}," for i, (name, _, _) in enumerate(wire.OUTPUT_FIELDS)]
@@ -253,20 +253,21 @@ def cpp_header() -> str:
               "  return output_at(const_cast<OutputsOf<T>&>(o), field);", "}", ""]
     lines += _cpp_extents_and_types()
     lines += _cpp_group_table()
-    returns = [f"Tensor {name}" for name, _, _ in wire.OUTPUT_FIELDS]
-    lines += ["// Schemas of the registered ops (csrc/ops.cpp).",
-              "constexpr const char* kFusedAdvantageSchema =",
-              '    "fused_advantage(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "',
-              '    "Tensor? response_mask, Tensor? response_lengths, Tensor? reward_bounds, Tensor? accumulators, "',
-              '    "Tensor? extrema, float[] options) -> ("']
-    chunks = [", ".join(returns[i:i + 4]) for i in range(0, len(returns), 4)]
-    lines += [f'    "{chunk}, "' for chunk in chunks[:-1]] + [f'    "{chunks[-1]})";']
-    lines += [
-              "constexpr const char* kAccumulateSchema =",
-              '    "accumulate(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "',
-              '    "Tensor? response_mask, Tensor? response_lengths, float[] options) "',
-              '    "-> (Tensor accumulators, Tensor extrema)";', "", "}  // namespace dara", ""]
+    lines += ["// Schemas of the registered ops (csrc/ops.cpp; wire.FUSED_ADVANTAGE_SCHEMA, ACCUMULATE_SCHEMA).",
+              *_cpp_string("kFusedAdvantageSchema", wire.FUSED_ADVANTAGE_SCHEMA),
+              *_cpp_string("kAccumulateSchema", wire.ACCUMULATE_SCHEMA), "", "}  // namespace dara", ""]
     return "\n".join(lines)
+
+
+def _cpp_string(name: str, text: str) -> list[str]:
+    """A constexpr string, as adjacent literals broken after commas to fit the line length."""
+    pieces = [""]
+    for part in text.split(", "):
+        if pieces[-1] and len(pieces[-1]) + len(part) > 100:
+            pieces.append("")
+        pieces[-1] += part + ", "
+    pieces[-1] = pieces[-1][:-2]
+    return [f"constexpr const char* {name} =", *(f'    "{piece}"' for piece in pieces[:-1]), f'    "{pieces[-1]}";']
 
 
 def _namedtuple(name: str, fields: list[str]) -> list[str]:

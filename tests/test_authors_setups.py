@@ -18,6 +18,7 @@ import pytest
 import torch
 
 import dara_kernels as dk
+from tests.backend_devices import device_for
 from tests.compare import tolerance
 
 EPS, TAU, W_MAX = 1e-6, 1e-8, 5.0
@@ -111,7 +112,7 @@ ARMS = [  # (label, calibration, static weights or None)
 
 
 def ours(backend, rewards, uids, mask, calibration, setup, static):
-    device = torch.device("cuda" if backend == "cuda" else "cpu")
+    device = torch.device(device_for(backend))
     if dk.unavailable_reason(backend, device) is not None:
         pytest.skip(dk.unavailable_reason(backend, device))
     options = dict(method="static", reward_weights=static) if static is not None else dict(method="dara")

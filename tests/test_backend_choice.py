@@ -37,22 +37,17 @@ def test_at_the_limit_the_kernel_runs():
     torch.testing.assert_close(out.advantages, ref.advantages, atol=1e-5, rtol=1e-5)
 
 
-def test_triton_rejects_wrong_reduce_sizes():
+def test_triton_rejects_wrong_accumulator_sizes():
     pytest.importorskip("triton")
     if dk.unavailable_reason("triton", torch.device("cpu")) is not None:
         pytest.skip("triton interpreter not active")
     from dara_kernels.options import resolve_options
-    from dara_kernels.triton.fused import fused_advantage_triton
-    from dara_kernels.validation import prepare_inputs
 
-    inputs = prepare_inputs(torch.rand(8, 2), group_size=4, group_index=None, reward_weights=None,
-                            response_mask=None, response_lengths=None, reward_bounds=None, nan_policy="ignore",
-                            batch_norm="response", validate=True)
-    def wrong_sizes(acc, ext):
-        return torch.zeros(5, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)
-
-    with pytest.raises(ValueError, match="accumulators of"):
-        fused_advantage_triton(inputs, resolve_options("dara", None), wrong_sizes)
+    opts = resolve_options("dara", None)
+    with pytest.raises(ValueError, match="accumulators must have"):
+        torch.ops.dara_triton.fused_advantage(torch.rand(8, 2), None, 4, torch.ones(2, dtype=torch.float64), None,
+                                              None, None, torch.zeros(5, dtype=torch.float64),
+                                              torch.zeros(4, dtype=torch.float64), opts.kernel_vector())
 
 
 def test_cpu_kernel_rejects_wrong_accumulator_sizes():
@@ -63,3 +58,15 @@ def test_cpu_kernel_rejects_wrong_accumulator_sizes():
         torch.ops.dara.fused_advantage(torch.rand(8, 2), None, 4, torch.ones(2, dtype=torch.float64), None, None,
                                        None, torch.zeros(5, dtype=torch.float64), torch.zeros(4, dtype=torch.float64),
                                        opts.kernel_vector())
+
+
+def test_tests_run_cuda_only_backends_on_a_visible_gpu(monkeypatch):
+    """The tests' device per backend (tests/backend_devices.py): with a GPU visible, Triton runs compiled on
+    it (the authors'-estimator test once ran it on CPU tensors there), the CPU kernel and the oracle on the CPU."""
+    from tests.backend_devices import device_for
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert {name: device_for(name) for name in ("triton", "cuda", "cpu", "reference")} == \
+        {"triton": "cuda", "cuda": "cuda", "cpu": "cpu", "reference": "cpu"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert device_for("triton") == "cpu"

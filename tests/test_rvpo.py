@@ -10,15 +10,15 @@ import torch
 
 import dara_kernels as dk
 from dara_kernels.check.cases import offset_rewards
+from tests.backend_devices import device_for
 
-BACKENDS = ["reference"] + (["cpu"] if dk.extension_available() else [])
-if dk.unavailable_reason("cuda", torch.device("cuda")) is None:
-    BACKENDS.append("cuda")  # scripts/gpu_check.sh
+BACKENDS = ["reference"] + [name for name in ("cpu", "cuda", "triton")
+                             if dk.unavailable_reason(name, torch.device(device_for(name))) is None]
 
 
 def run(rewards, *args, backend, **kwargs):
     """fused_advantage on the backend's device; outputs back on the CPU."""
-    device = "cuda" if backend == "cuda" else "cpu"
+    device = device_for(backend)
     on_device = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
     out = dk.fused_advantage(rewards.to(device), *args, backend=backend, **on_device)
     return type(out)(*(t.cpu() if isinstance(t, torch.Tensor) else t for t in out))

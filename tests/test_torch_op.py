@@ -21,9 +21,22 @@ def op_args(method, with_mask, layout="fixed"):
 @pytest.mark.parametrize("with_mask", [False, True])
 @pytest.mark.parametrize("method", ["grpo", "dara", "dvao", "gd2po_hard"])
 def test_opcheck(method, with_mask, layout):
+    check_ops(torch.ops.dara, method, with_mask, layout)
+
+
+# Under the interpreter each opcheck takes about 8 s: two calls that between them take both layouts, the mask
+# and its absence, a per-reward and a summed method.
+@pytest.mark.skipif(dk.unavailable_reason("triton", torch.device("cpu")) is not None,
+                    reason="the Triton ops run on CPU tensors under the interpreter only")
+@pytest.mark.parametrize("method, with_mask, layout", [("dara", True, "shuffled"), ("grpo", False, "fixed")])
+def test_opcheck_triton(method, with_mask, layout):
+    check_ops(torch.ops.dara_triton, method, with_mask, layout)
+
+
+def check_ops(ops, method, with_mask, layout):
     args, options = op_args(method, with_mask, layout)
-    torch.library.opcheck(torch.ops.dara.fused_advantage.default, (*args, None, None, None, options))
-    torch.library.opcheck(torch.ops.dara.accumulate.default, (*args, options))
+    torch.library.opcheck(ops.fused_advantage.default, (*args, None, None, None, options))
+    torch.library.opcheck(ops.accumulate.default, (*args, options))
 
 
 @pytest.mark.parametrize("ids", [[5, 2, 5, 9, 2, 2, 7], [3], [], [4, 4, 4]])

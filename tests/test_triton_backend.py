@@ -13,6 +13,7 @@ from dara_kernels import backends
 from dara_kernels.check.cases import make_case
 from dara_kernels.check.sweeps import EDGE_SWEEPS, OFFSET_RATIOS
 from dara_kernels.wire import OUTPUT_FIELDS
+from tests.backend_devices import device_for
 from tests.compare import assert_matches, tolerance
 from tests.sweep import (
     DTYPES,
@@ -24,7 +25,7 @@ from tests.sweep import (
     sweep_against_reference,
 )
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DEVICE = device_for("triton")
 COMPILED_ON_GPU = DEVICE == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
 pytestmark = pytest.mark.skipif(dk.unavailable_reason("triton", torch.device(DEVICE)) is not None,
                                 reason=str(dk.unavailable_reason("triton", torch.device(DEVICE))))
@@ -73,9 +74,9 @@ def test_accumulate_counts_bad_rewards(policy, missing, gates):
     entries that do not count into their slots, summed over its programs, so
     every rank raises the same error after the all-reduce; an infinite
     reward under a failing gate is still infinite (docs/spec.md#reward-gates)."""
+    from dara_kernels._ops import kernel_accumulate
     from dara_kernels.distributed import raise_on_bad_input
     from dara_kernels.options import resolve_options
-    from dara_kernels.triton.fused import fused_advantage_triton
     from dara_kernels.validation import prepare_inputs
     from dara_kernels.wire import ACCUMULATOR_SEGMENTS, combined_columns, segment_offsets
 
@@ -93,19 +94,13 @@ def test_accumulate_counts_bad_rewards(policy, missing, gates):
                             response_mask=None, response_lengths=None, reward_bounds=None, nan_policy=policy,
                             batch_norm=opts.batch_norm, validate=True, distributed=True,
                             reward_gates=opts.reward_gates)
-    seen = {}
-
-    def keep(acc, ext):
-        seen["acc"] = acc.cpu()
-        return acc, ext
-
-    fused_advantage_triton(inputs, opts, keep)
+    acc = kernel_accumulate(inputs, opts, torch.ops.dara_triton)[0].cpu()
     slots = segment_offsets(ACCUMULATOR_SEGMENTS, 3, combined_columns("dara", 3, positive=True))
-    assert seen["acc"][slots["infinite_rewards"]] == 2
-    assert seen["acc"][slots["missing_rewards"]] == missing
-    assert seen["acc"][slots["negative_lengths"]] == 0
+    assert acc[slots["infinite_rewards"]] == 2
+    assert acc[slots["missing_rewards"]] == missing
+    assert acc[slots["negative_lengths"]] == 0
     with pytest.raises(ValueError, match="2 [+]-Inf entries"):
-        raise_on_bad_input(seen["acc"], inputs, opts)
+        raise_on_bad_input(acc, inputs, opts)
 
 
 @pytest.mark.parametrize("preset", ["trl", "verl"])
@@ -134,8 +129,9 @@ def test_reduce_adds_the_other_ranks_sums():
     finalize, adds the other rank's accumulators (max of its extrema), and
     this rank's rows then get the whole batch's answer."""
     from dara_kernels.options import resolve_options
-    from dara_kernels.triton.fused import fused_advantage_triton
     from dara_kernels.validation import prepare_inputs
+
+    run = backends.backend("triton").run
 
     case = make_case(6, "fixed", 3, shape=(104, 13))
     opts = resolve_options("saw", None)
@@ -157,8 +153,8 @@ def test_reduce_adds_the_other_ranks_sums():
         calls.append(1)
         return acc + other["acc"], torch.maximum(ext, other["ext"])
 
-    fused_advantage_triton(inputs_of(slice(52, None)), opts, keep_other)
-    out = fused_advantage_triton(inputs_of(slice(None, 52)), opts, add_other)
+    run(inputs_of(slice(52, None)), opts, keep_other)
+    out = run(inputs_of(slice(None, 52)), opts, add_other)
     ref = dk.fused_advantage(case.rewards, 13, method="saw", backend="reference")
     ref = ref._replace(**{name: getattr(ref, name)[:52] for name, shape, _ in OUTPUT_FIELDS if shape == "N"})
     assert calls == [1]

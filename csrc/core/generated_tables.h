@@ -151,30 +151,30 @@ struct AccumulatorLayout {
   int K;
   int C;
 
-  DARA_HD int groups() const { return 0; }
-  DARA_HD int rows() const { return 1; }
-  DARA_HD int token_total() const { return 2; }
-  DARA_HD int infinite_rewards() const { return 3; }
-  DARA_HD int missing_rewards() const { return 4; }
-  DARA_HD int negative_lengths() const { return 5; }
-  DARA_HD int informative_groups() const { return 6; }
-  DARA_HD int sum_informative_groups() const { return 7; }
-  DARA_HD int conflict_groups() const { return 8; }
-  DARA_HD int active(int k) const { return 9 + k; }
-  DARA_HD int energy(int k) const { return 9 + K + k; }
-  DARA_HD int raw_count(int k) const { return 9 + 2 * K + k; }
-  DARA_HD int raw_sum(int k) const { return 9 + 3 * K + k; }
-  DARA_HD int raw_sum_sq(int k) const { return 9 + 4 * K + k; }
-  DARA_HD int group_weight(int k) const { return 9 + 5 * K + k; }
-  DARA_HD int signal(int c) const { return 9 + 6 * K + c; }
-  DARA_HD int token_signal(int c) const { return 9 + 6 * K + C + c; }
-  DARA_HD int cross(int c, int d) const { return 9 + 6 * K + 2 * C + c * C + d; }
-  DARA_HD int token_cross(int c, int d) const { return 9 + 6 * K + 2 * C + C * C + c * C + d; }
-  DARA_HD int size() const { return 9 + 6 * K + 2 * C + 2 * C * C; }
+  DARA_HD constexpr int groups() const { return 0; }
+  DARA_HD constexpr int rows() const { return 1; }
+  DARA_HD constexpr int token_total() const { return 2; }
+  DARA_HD constexpr int infinite_rewards() const { return 3; }
+  DARA_HD constexpr int missing_rewards() const { return 4; }
+  DARA_HD constexpr int negative_lengths() const { return 5; }
+  DARA_HD constexpr int informative_groups() const { return 6; }
+  DARA_HD constexpr int sum_informative_groups() const { return 7; }
+  DARA_HD constexpr int conflict_groups() const { return 8; }
+  DARA_HD constexpr int active(int k) const { return 9 + k; }
+  DARA_HD constexpr int energy(int k) const { return 9 + K + k; }
+  DARA_HD constexpr int raw_count(int k) const { return 9 + 2 * K + k; }
+  DARA_HD constexpr int raw_sum(int k) const { return 9 + 3 * K + k; }
+  DARA_HD constexpr int raw_sum_sq(int k) const { return 9 + 4 * K + k; }
+  DARA_HD constexpr int group_weight(int k) const { return 9 + 5 * K + k; }
+  DARA_HD constexpr int signal(int c) const { return 9 + 6 * K + c; }
+  DARA_HD constexpr int token_signal(int c) const { return 9 + 6 * K + C + c; }
+  DARA_HD constexpr int cross(int c, int d) const { return 9 + 6 * K + 2 * C + c * C + d; }
+  DARA_HD constexpr int token_cross(int c, int d) const { return 9 + 6 * K + 2 * C + C * C + c * C + d; }
+  DARA_HD constexpr int size() const { return 9 + 6 * K + 2 * C + 2 * C * C; }
 
-  DARA_HD int max_reward(int k) const { return k; }
-  DARA_HD int max_negated_reward(int k) const { return K + k; }
-  DARA_HD int extrema_size() const { return 2 * K; }
+  DARA_HD constexpr int max_reward(int k) const { return k; }
+  DARA_HD constexpr int max_negated_reward(int k) const { return K + k; }
+  DARA_HD constexpr int extrema_size() const { return 2 * K; }
 };
 
 enum OutputField : int {
@@ -451,19 +451,18 @@ inline void set_group_field(GroupTable& t, int field, void* data) {
   }
 }
 
-// Schemas of the registered ops (csrc/ops.cpp).
+// Schemas of the registered ops (csrc/ops.cpp; wire.FUSED_ADVANTAGE_SCHEMA, ACCUMULATE_SCHEMA).
 constexpr const char* kFusedAdvantageSchema =
     "fused_advantage(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "
     "Tensor? response_mask, Tensor? response_lengths, Tensor? reward_bounds, Tensor? accumulators, "
-    "Tensor? extrema, float[] options) -> ("
-    "Tensor advantages, Tensor token_advantages, Tensor density, Tensor weights, "
-    "Tensor energy, Tensor weighted_energy, Tensor active_groups, Tensor num_groups, "
-    "Tensor batch_mean, Tensor batch_std, Tensor keep, Tensor query_scale, "
-    "Tensor informative, Tensor sum_informative, Tensor informative_groups, Tensor sum_informative_groups, "
+    "Tensor? extrema, float[] options) -> (Tensor advantages, Tensor token_advantages, Tensor density, "
+    "Tensor weights, Tensor energy, Tensor weighted_energy, Tensor active_groups, Tensor num_groups, "
+    "Tensor batch_mean, Tensor batch_std, Tensor keep, Tensor query_scale, Tensor informative, "
+    "Tensor sum_informative, Tensor informative_groups, Tensor sum_informative_groups, "
     "Tensor conflict_groups)";
 constexpr const char* kAccumulateSchema =
     "accumulate(Tensor rewards, Tensor? group_index, int group_size, Tensor reward_weights, "
-    "Tensor? response_mask, Tensor? response_lengths, float[] options) "
-    "-> (Tensor accumulators, Tensor extrema)";
+    "Tensor? response_mask, Tensor? response_lengths, float[] options) -> (Tensor accumulators, "
+    "Tensor extrema)";
 
 }  // namespace dara

@@ -1,4 +1,4 @@
-"""Triton backend (accumulate / finalize / apply kernels)."""
+"""Triton backend (accumulate / finalize / apply kernels, registered as the ops of library.py)."""
 from __future__ import annotations
 
 import os
@@ -27,9 +27,3 @@ def triton_unavailable_reason(device: torch.device) -> Optional[str]:
         return None
     return (f'backend="triton" needs CUDA tensors (or CPU tensors with TRITON_INTERPRET=1 set '
             f"before triton is imported), got {device}")
-
-
-def triton_fused_advantage(inputs, opts, reduce=None):
-    from .fused import fused_advantage_triton
-
-    return fused_advantage_triton(inputs, opts, reduce)

@@ -14,6 +14,7 @@ from .common import (
     ZEROED,
     finish_column,
     group_bounds,
+    group_count,
     group_signal,
     load_tile,
     reward_lanes,
@@ -24,15 +25,15 @@ from .common import (
 
 # Sizes are not specialised (Triton would make 1 a constexpr and a multiple of 16 a hint): the variants
 # launched are those scripts/check_triton_compiles.py compiles, whatever the batch.
-@triton.jit(do_not_specialize=("K", "C", "group_size"))
+@triton.jit(do_not_specialize=("K", "C", "group_size", "contiguous_groups"))
 def accumulate_kernel(
     rewards_ptr, rows_ptr, offsets_ptr, group_count_ptr, base_ptr, token_ptr, table, partial_ptr, extrema_ptr,
-    K, C, group_size, has_token, opts,
+    K, C, group_size, contiguous_groups, has_token, opts,
     HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
-    num_groups = tl.load(group_count_ptr)
+    num_groups = group_count(group_count_ptr, contiguous_groups, HAS_INDEX)
     method = tl.cast(opts.method, tl.int32)
     combined = tables.summed_reward(method)
     group_weighted = tables.group_weighted(method)

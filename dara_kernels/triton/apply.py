@@ -6,21 +6,21 @@ import triton
 import triton.language as tl
 
 from . import generated_tables as tables
-from .common import ANY_ACTIVE, SUM_ACTIVE, ZEROED, group_bounds, load_tile, reward_lanes, row_columns
+from .common import ANY_ACTIVE, SUM_ACTIVE, ZEROED, group_bounds, group_count, load_tile, reward_lanes, row_columns
 
 
 # Sizes are not specialised (Triton would make 1 a constexpr and a multiple of 16 a hint): the variants
 # launched are those scripts/check_triton_compiles.py compiles, whatever the batch.
-@triton.jit(do_not_specialize=("K", "C", "group_size"))
+@triton.jit(do_not_specialize=("K", "C", "group_size", "contiguous_groups"))
 def apply_kernel(
     rewards_ptr, rows_ptr, offsets_ptr, group_count_ptr, base_ptr, table, affine_ptr,
     advantages_ptr, keep_ptr, query_scale_ptr, informative_ptr, sum_informative_ptr,
-    K, C, group_size, opts,
+    K, C, group_size, contiguous_groups, opts,
     HAS_INDEX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
-    num_groups = tl.load(group_count_ptr)
+    num_groups = group_count(group_count_ptr, contiguous_groups, HAS_INDEX)
     method = tl.cast(opts.method, tl.int32)
     combined = tables.summed_reward(method)
     kk, kr, kmask, base, gate, has_gate = reward_lanes(opts, base_ptr, K, BLOCK_K)

@@ -86,6 +86,16 @@ def load_tile(rewards_ptr, rows_ptr, r0, end, K, kr, kmask, gate, has_gate, opts
 
 
 @triton.jit
+def group_count(group_count_ptr, contiguous_groups, HAS_INDEX: tl.constexpr):
+    """The groups to walk: a group_index's count, on the device; contiguous groups', an argument."""
+    if HAS_INDEX:
+        count = tl.load(group_count_ptr)
+    else:
+        count = contiguous_groups
+    return count
+
+
+@triton.jit
 def group_bounds(offsets_ptr, g, group_size, HAS_INDEX: tl.constexpr):
     if HAS_INDEX:
         begin = tl.load(offsets_ptr + g)

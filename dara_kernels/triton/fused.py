@@ -1,11 +1,15 @@
-"""The Triton backend: accumulate -> (all-reduce) -> finalize -> apply, three
-launches, no host synchronisation (group counts stay on the device).
+"""The Triton backend's driver: accumulate -> finalize -> apply, three
+launches, no host synchronisation (group counts stay on the device or are
+kernel arguments). It implements the ops of triton/library.py, the schemas
+of dara::fused_advantage and dara::accumulate: distributed mode calls
+accumulate, all-reduces, then fused_advantage with the batch's sums.
 
 Every launch goes through a `Launcher`, so scripts/check_triton_compiles.py
 can record exactly the kernels, argument types and constexprs the op would
 launch (on meta tensors) and compile them ahead of time for a GPU target."""
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from typing import Callable, Optional
@@ -15,10 +19,7 @@ import triton
 import triton.language as tl
 
 from ..allocation import empty_group_table, empty_outputs
-from ..options import AdvantageOptions
-from ..output import AdvantageOutput
-from ..validation import PreparedInputs
-from ..wire import SIGNAL_COUNTS, accumulator_sizes, kernel_columns
+from ..wire import BATCH_NORM_CODE, METHODS, SIGNAL_COUNTS, accumulator_sizes, vector_columns, vector_field
 from .accumulate import accumulate_kernel
 from .apply import apply_kernel
 from .finalize import finalize_kernel
@@ -51,7 +52,6 @@ MAX_BLOCK_R = 16
 INTERPRETER_PROGRAMS = 2
 
 Launcher = Callable[..., None]
-Reduce = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 def launch(kernel, grid, *args, **constexprs) -> None:
@@ -83,12 +83,12 @@ def block_r(lanes: int) -> int:
     return max(2, min(MAX_BLOCK_R, TILE_VALUES // block_k(lanes) ** 2))
 
 
-def _token_weights(inputs: PreparedInputs):
-    if not inputs.token_weighted:
+def _token_weights(response_mask, response_lengths, options) -> Optional[torch.Tensor]:
+    if vector_field(options, "batch_norm") != BATCH_NORM_CODE["token"]:
         return None
-    if inputs.response_mask is not None:
-        return inputs.response_mask.sum(1, dtype=torch.float64)
-    return inputs.response_lengths
+    if response_mask is not None:
+        return response_mask.sum(1, dtype=torch.float64)
+    return response_lengths
 
 
 @functools.lru_cache(maxsize=None)
@@ -108,66 +108,91 @@ def _blocks(lanes: int) -> dict:
     return dict(BLOCK_R=block_r(lanes), BLOCK_K=block_k(lanes))
 
 
-def _run_accumulate(inputs: PreparedInputs, opts: AdvantageOptions, values: dict, run: Launcher):
-    rewards = inputs.rewards
+def _on_device(device: torch.device):
+    """Triton launches on the current CUDA device: the inputs' must be current (as the CUDA binding's guard)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _run_accumulate(rewards, group_index, group_size, reward_weights, token, options, values: dict,
+                    run: Launcher) -> tuple[DeviceLayout, torch.Tensor, torch.Tensor]:
     k, c = values["K"], values["C"]
     device = rewards.device
-    layout = device_layout(rewards, inputs.group_size, inputs.group_index)
+    layout = device_layout(rewards, group_size, group_index)
     programs = _programs(layout, device)
     m, e = accumulator_sizes(k, c)
-    table = GroupTable(**empty_group_table(max(layout.max_groups, 1), k, opts.method, device))
+    method = METHODS[int(vector_field(options, "method"))]
+    table = GroupTable(**empty_group_table(max(layout.max_groups, 1), k, method, device))
     partial = torch.empty(programs, m, dtype=torch.float64, device=device)
     extrema = torch.empty(programs, e, dtype=torch.float64, device=device)
-    token = _token_weights(inputs)
-    unused = layout.num_groups
+    # A pointer the kernel does not read in this layout: an int64 tensor allocated anyway (finalize writes it),
+    # so that rows, offsets and the group count keep one type and the variants stay as many.
+    unused = values["num_groups_ptr"]
     # An unused pointer of the token weights' own dtype: one kernel variant either way. Flags go as floats, as
     # the options do (scripts/generate_wire.py): an int 1 would specialise, a bool breaks older interpreters.
     no_token = torch.empty(0, dtype=torch.float64, device=device)
     values.update(
         rewards_ptr=rewards, rows_ptr=layout.rows if layout.rows is not None else unused,
-        offsets_ptr=layout.offsets if layout.offsets is not None else unused, group_count_ptr=layout.num_groups,
-        base_ptr=inputs.reward_weights, token_ptr=token if token is not None else no_token, table=table,
-        partial_ptr=partial, extrema_ptr=extrema, group_size=layout.group_size,
-        has_token=float(token is not None))
+        offsets_ptr=layout.offsets if layout.offsets is not None else unused,
+        group_count_ptr=layout.num_groups if layout.num_groups is not None else unused,
+        contiguous_groups=layout.max_groups, base_ptr=reward_weights,
+        token_ptr=token if token is not None else no_token, table=table, partial_ptr=partial, extrema_ptr=extrema,
+        group_size=layout.group_size, has_token=float(token is not None))
     run(accumulate_kernel, (programs,), *bind(accumulate_kernel, values),
-        HAS_INDEX=inputs.group_index is not None, **_blocks(values["lanes"]),
+        HAS_INDEX=group_index is not None, **_blocks(values["lanes"]),
         num_warps=accumulate_warps(values["lanes"]), maxnreg=ACCUMULATE_REGISTERS)
     return layout, partial, extrema
 
 
-def fused_advantage_triton(inputs: PreparedInputs, opts: AdvantageOptions, reduce: Optional[Reduce] = None,
-                           run: Launcher = launch) -> AdvantageOutput:
-    """reduce(accumulators, extrema) -> (accumulators, extrema), given in
-    distributed mode, combines this rank's sums with the other ranks' between
-    accumulate and finalize."""
-    rewards = inputs.rewards
+def _call_values(rewards, options, mask) -> tuple[dict, dict]:
+    """(outputs, values): the call's outputs by name, and the kernels' arguments by name so far."""
     n, k = rewards.shape
-    device = rewards.device
-    c, lanes = kernel_columns(opts, k)
-    mask = inputs.response_mask
-    outputs = empty_outputs(n, k, mask.shape[1] if mask is not None else None, device)
+    c = vector_columns(options, k)
+    outputs = empty_outputs(n, k, mask.shape[1] if mask is not None else None, rewards.device)
     # "opts", never "options": Triton's launch binder is def dynamic_func(<kernel parameters>, **options).
-    values = {"K": k, "C": c, "lanes": lanes, "opts": kernel_options(opts.kernel_vectors[0]),
+    values = {"K": k, "C": c, "lanes": max(k, c), "opts": kernel_options(options),
               **{f"{name}_ptr": tensor for name, tensor in outputs.items()},
               "signal_counts": tuple(outputs[name] for name in SIGNAL_COUNTS)}
-    layout, partial, local_extrema = _run_accumulate(inputs, opts, values, run)
-    if reduce is not None:
-        accumulators, extrema = reduce(partial.sum(0), local_extrema.amax(0))
-        m, e = accumulator_sizes(k, c)
-        if accumulators.numel() != m or extrema.numel() != e:
-            raise ValueError(f"reduce must return accumulators of {m} elements and extrema of {e} for K={k} "
-                             f"rewards and C={c} combined columns; got {accumulators.numel()} and {extrema.numel()}")
-        partial, local_extrema = accumulators.view(1, -1), extrema.view(1, -1)
-    affine = torch.empty(c + 2, dtype=torch.float64, device=device)
-    bounds = inputs.reward_bounds
-    values.update(partial_ptr=partial, extrema_ptr=local_extrema, programs=partial.shape[0],
-                  bounds_ptr=bounds if bounds is not None else affine, affine_ptr=affine,
-                  has_bounds=float(bounds is not None))
-    run(finalize_kernel, (1,), *bind(finalize_kernel, values), BLOCK_K=block_k(lanes), num_warps=FINALIZE_WARPS)
-    run(apply_kernel, (_programs(layout, device),), *bind(apply_kernel, values),
-        HAS_INDEX=inputs.group_index is not None, **_blocks(lanes), num_warps=APPLY_WARPS, maxnreg=APPLY_REGISTERS)
-    if mask is not None:
-        torch.mul(outputs["advantages"].unsqueeze(1), mask, out=outputs["token_advantages"])
-    else:
-        outputs["token_advantages"] = None
-    return AdvantageOutput(**outputs)
+    return outputs, values
+
+
+def accumulate(rewards, group_index, group_size, reward_weights, response_mask, response_lengths, options,
+               run: Launcher = launch) -> tuple[torch.Tensor, torch.Tensor]:
+    """dara_triton::accumulate: this rank's batch accumulators and extrema (distributed mode)."""
+    _, values = _call_values(rewards, options, None)
+    with _on_device(rewards.device):
+        _, partial, extrema = _run_accumulate(rewards, group_index, group_size, reward_weights,
+                                              _token_weights(response_mask, response_lengths, options), options,
+                                              values, run)
+        return partial.sum(0), extrema.amax(0)
+
+
+def fused_advantage(rewards, group_index, group_size, reward_weights, response_mask, response_lengths,
+                    reward_bounds, accumulators, extrema, options, run: Launcher = launch) -> tuple:
+    """dara_triton::fused_advantage: the outputs in wire.OUTPUT_FIELDS order. Given accumulators and extrema
+    (distributed mode: every rank's, all-reduced) replace this call's own in finalize."""
+    device = rewards.device
+    outputs, values = _call_values(rewards, options, response_mask)
+    k, c = values["K"], values["C"]
+    with _on_device(device):
+        layout, partial, local_extrema = _run_accumulate(
+            rewards, group_index, group_size, reward_weights,
+            _token_weights(response_mask, response_lengths, options), options, values, run)
+        if accumulators is not None:
+            m, e = accumulator_sizes(k, c)
+            if accumulators.numel() != m or extrema is None or extrema.numel() != e:
+                raise ValueError(f"accumulators must have {m} elements and extrema {e} for K={k} rewards and "
+                                 f"C={c} combined columns; got {accumulators.numel()} and "
+                                 f"{None if extrema is None else extrema.numel()}")
+            partial, local_extrema = accumulators.view(1, -1), extrema.view(1, -1)
+        affine = torch.empty(c + 2, dtype=torch.float64, device=device)
+        values.update(partial_ptr=partial, extrema_ptr=local_extrema, programs=partial.shape[0],
+                      bounds_ptr=reward_bounds if reward_bounds is not None else affine, affine_ptr=affine,
+                      has_bounds=float(reward_bounds is not None))
+        run(finalize_kernel, (1,), *bind(finalize_kernel, values), BLOCK_K=block_k(values["lanes"]),
+            num_warps=FINALIZE_WARPS)
+        run(apply_kernel, (_programs(layout, device),), *bind(apply_kernel, values),
+            HAS_INDEX=group_index is not None, **_blocks(values["lanes"]), num_warps=APPLY_WARPS,
+            maxnreg=APPLY_REGISTERS)
+        if response_mask is not None:
+            torch.mul(outputs["advantages"].unsqueeze(1), response_mask, out=outputs["token_advantages"])
+    return tuple(outputs.values())

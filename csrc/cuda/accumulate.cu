@@ -233,7 +233,8 @@ __device__ void accumulate_group(const CudaProblem& p, const Table& t, const dou
 }
 
 template <int KT, typename Real>
-__global__ void accumulate_kernel(CudaProblem p, Table t, Reduction red, Results out) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kAccumulateBlocksPerMultiprocessor)
+    accumulate_kernel(CudaProblem p, Table t, Reduction red, Results out) {
   DARA_DYNAMIC_SHARED(double, shared);
   const AccumulatorLayout L{p.K, p.C};
   const int M = L.size(), E = L.extrema_size();
@@ -294,17 +295,6 @@ __global__ void accumulate_kernel(CudaProblem p, Table t, Reduction red, Results
 
 }  // namespace
 
-int grid_blocks(int64_t max_groups, int multiprocessors) {
-  const int64_t needed = (max_groups + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  const int64_t cap = static_cast<int64_t>(multiprocessors) * kBlocksPerMultiprocessor;
-  return static_cast<int>(needed < 1 ? 1 : (needed < cap ? needed : cap));
-}
-
-size_t accumulate_shared_bytes(int K, int C) {
-  const AccumulatorLayout L{K, C};
-  return sizeof(double) * kWarpsPerBlock * static_cast<size_t>(L.size() + L.extrema_size());
-}
-
 cudaError_t launch_accumulate(const CudaProblem& p, const Table& t, const Reduction& r, const Results& out, int blocks,
                               cudaStream_t stream) {
   const size_t shared = accumulate_shared_bytes(p.K, p.C);
@@ -312,9 +302,6 @@ cudaError_t launch_accumulate(const CudaProblem& p, const Table& t, const Reduct
   dispatch_rows(p, [&](auto kt, auto real) {
     constexpr int KT = decltype(kt)::value;
     using Real = decltype(real);
-    status = cudaFuncSetAttribute(accumulate_kernel<KT, Real>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(shared));
-    if (status != cudaSuccess) return;
     status = launch_kernel("accumulate_kernel", accumulate_kernel<KT, Real>, blocks, kWarpsPerBlock * 32, shared,
                            stream, p, t, r, out);
   });

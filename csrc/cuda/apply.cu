@@ -16,7 +16,8 @@ namespace {
 // 1 / bn_eps, and a float s_j one ulp from the float mean came out 1e-2 off
 // (gd2po_hard, two kept rows; measured on a host emulation of this kernel).
 template <int KT, typename Real>
-__global__ void apply_kernel(CudaProblem p, Table t, const double* affine, CudaApplyOutputs out) {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kApplyBlocksPerMultiprocessor)
+    apply_kernel(CudaProblem p, Table t, const double* affine, CudaApplyOutputs out) {
   constexpr int N = cuda_rewards<KT>();
   const int K = KT > 0 ? KT : p.K;
   const int C = p.C;

@@ -87,18 +87,18 @@ struct Launch {
   GroupTableStorage table;
   at::Tensor partial, partial_extrema, counter, acc, extrema;
   Reduction reduction;
-  int blocks;
+  int accumulate_blocks;  // one partial each
 };
 
 Launch plan(const Target& target, const Prepared& p) {
   const int K = p.problem.K, C = p.problem.C;
   const AccumulatorLayout L{K, C};
   Launch l;
-  l.blocks = grid_blocks(p.max_groups, target.multiprocessors);
+  l.accumulate_blocks = grid_blocks(p.max_groups, target.multiprocessors, kAccumulateBlocksPerMultiprocessor);
   auto f64 = p.rewards.options().dtype(at::kDouble);
   l.table = empty_group_table(std::max<int64_t>(p.max_groups, 1), K, p.problem.options, p.rewards.options());
-  l.partial = at::empty({l.blocks, L.size()}, f64);
-  l.partial_extrema = at::empty({l.blocks, L.extrema_size()}, f64);
+  l.partial = at::empty({l.accumulate_blocks, L.size()}, f64);
+  l.partial_extrema = at::empty({l.accumulate_blocks, L.extrema_size()}, f64);
   // A memset rather than at::zeros' fill kernel: with the two kernels, the only device work of a call.
   l.counter = at::empty({1}, p.rewards.options().dtype(at::kInt));
   check(cudaMemsetAsync(l.counter.data_ptr<int>(), 0, sizeof(int), target.stream));
@@ -130,7 +130,7 @@ std::tuple<at::Tensor, at::Tensor> accumulate_call(const Target& target, const a
   Prepared p = prepare(target, rewards, group_index, group_size, reward_weights, response_mask, response_lengths,
                        std::nullopt, options);
   Launch l = plan(target, p);
-  check(launch_accumulate(p.problem, l.table.table, l.reduction, Results{}, l.blocks, target.stream));
+  check(launch_accumulate(p.problem, l.table.table, l.reduction, Results{}, l.accumulate_blocks, target.stream));
   return {l.acc, l.extrema};
 }
 
@@ -155,7 +155,7 @@ OutputTuple fused_advantage_call(const Target& target, const at::Tensor& rewards
   if (given_ext.defined()) l.reduction.given_extrema = given_ext.data_ptr<double>();
   l.reduction.finalize = true;
   const Results results = finalize_outputs(r, affine.data_ptr<double>(), affine.data_ptr<double>() + p.problem.C);
-  check(launch_accumulate(p.problem, l.table.table, l.reduction, results, l.blocks, target.stream));
+  check(launch_accumulate(p.problem, l.table.table, l.reduction, results, l.accumulate_blocks, target.stream));
 
   const CudaApplyOutputs out{r.advantages.data_ptr<float>(),
                              r.keep.data_ptr<bool>(),
@@ -166,7 +166,8 @@ OutputTuple fused_advantage_call(const Target& target, const at::Tensor& rewards
                              mask.defined() ? mask.data_ptr() : nullptr,
                              mask.defined() ? dtype_of(mask.scalar_type()) : DType::kBool,
                              mask.defined() ? mask.size(1) : 0};
-  check(launch_apply(p.problem, l.table.table, affine.data_ptr<double>(), out, l.blocks, target.stream));
+  const int apply_blocks = grid_blocks(p.max_groups, target.multiprocessors, kApplyBlocksPerMultiprocessor);
+  check(launch_apply(p.problem, l.table.table, affine.data_ptr<double>(), out, apply_blocks, target.stream));
   return outputs_tuple(r);
 }
 

@@ -20,7 +20,7 @@ namespace cuda {
 struct Target {
   const char* name;       // the backend in error messages ("CUDA")
   at::DeviceType device;  // where the inputs must be
-  int multiprocessors;    // sizes the accumulate grid (grid_blocks)
+  int multiprocessors;    // sizes both launches' grids (grid_blocks)
   cudaStream_t stream;
 };
 

@@ -12,9 +12,19 @@ namespace dara {
 namespace cuda {
 
 constexpr int kWarpsPerBlock = 8;
-// Resident blocks per SM the grid asks for: enough warps in flight to hide
-// load latency, few enough that the last block's partial reduction stays short.
-constexpr int kBlocksPerMultiprocessor = 4;
+// Resident blocks per SM, one constant a kernel: its __launch_bounds__ hold
+// nvcc's register allocation to it, and grid_blocks sizes its grid for it.
+// scripts/cuda_resources.py, run by scripts/check_cuda_compiles.sh, fails on
+// any spill or on fewer resident blocks than these.
+// Accumulate: 1, as its K = 8 copy takes 195 registers a thread (nvcc 13.0,
+// sm_90) and bounds of 2 blocks made it spill 448 bytes; raising it takes a
+// redesign of its per-thread arrays (K rewards, C columns, C (C + 1) / 2 cross
+// products).
+constexpr int kAccumulateBlocksPerMultiprocessor = 1;
+// Apply: 2, so this memory-bound kernel keeps 16 warps an SM in flight to hide
+// load latency; every copy fits 128 registers a thread without spilling, while
+// at 4 (64 registers) its K = 8 copy spilled 52 bytes.
+constexpr int kApplyBlocksPerMultiprocessor = 2;
 
 enum class DType : int { kFloat32, kFloat64, kFloat16, kBFloat16, kBool, kUInt8, kInt32, kInt64 };
 
@@ -67,8 +77,27 @@ struct CudaApplyOutputs {
   int64_t T;
 };
 
-int grid_blocks(int64_t max_groups, int multiprocessors);
-size_t accumulate_shared_bytes(int K, int C);
+// Enough blocks for one warp a group, at most those the multiprocessors hold at
+// once: a grid-stride loop takes the rest, and accumulate's last block sums
+// fewer partials.
+constexpr int grid_blocks(int64_t max_groups, int multiprocessors, int blocks_per_multiprocessor) {
+  const int64_t needed = (max_groups + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const int64_t cap = static_cast<int64_t>(multiprocessors) * blocks_per_multiprocessor;
+  return static_cast<int>(needed < 1 ? 1 : (needed < cap ? needed : cap));
+}
+
+// Each warp's accumulators and extrema, in doubles.
+constexpr size_t accumulate_shared_bytes(int K, int C) {
+  const AccumulatorLayout L{K, C};
+  return sizeof(double) * kWarpsPerBlock * static_cast<size_t>(L.size() + L.extrema_size());
+}
+
+// No launch sets cudaFuncSetAttribute: within 48 KiB a kernel needs none, and
+// the any-K kernel, which every K shares, would take one attribute from
+// several host threads at once.
+static_assert(accumulate_shared_bytes(kMaxCudaRewards, max_column_count(kMaxCudaRewards)) <= 48 * 1024,
+              "accumulate's shared memory at kMaxCudaRewards outgrows the 48 KiB a launch may take without "
+              "cudaFuncSetAttribute: shrink it, or set the attribute once per kernel, never per launch");
 
 // Launch 1: accumulate; its last block reduces the partials (fixed order)
 // and, when r.finalize, runs finalize. Launch 2: apply.

@@ -2,7 +2,8 @@
 // and dara_emulated::accumulate (the dara ops' schemas) on CPU tensors, run by
 // the CUDA backend's own host code (csrc/cuda/host_call.cpp) and kernels
 // (csrc/cuda/*.cu, compiled by g++ under emulated_cuda.h); the emulated
-// device's settings and launch record; and the faulty kernels.
+// device's settings and launch record; launch.h's launch limits; and the
+// faulty kernels.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -12,6 +13,7 @@
 
 #include "../../csrc/core/generated_tables.h"
 #include "../../csrc/cuda/host_call.h"
+#include "../../csrc/cuda/launch.h"
 #include "emulator.h"
 #include "faulty_kernels.h"
 
@@ -55,9 +57,14 @@ dara::OutputTuple fused_advantage(const at::Tensor& rewards, const OptTensor& gr
   });
 }
 
-void configure(int64_t multiprocessors, int64_t seed, int64_t max_shared_optin) {
-  dara_emulation::configure(dara_emulation::Config{static_cast<int>(multiprocessors), static_cast<uint64_t>(seed),
-                                                   static_cast<int>(max_shared_optin)});
+void configure(int64_t multiprocessors, int64_t seed) {
+  dara_emulation::configure(dara_emulation::Config{static_cast<int>(multiprocessors), static_cast<uint64_t>(seed)});
+}
+
+std::tuple<int64_t, int64_t, int64_t> launch_limits() {
+  constexpr int K = dara::kMaxCudaRewards;
+  return {dara::cuda::kAccumulateBlocksPerMultiprocessor, dara::cuda::kApplyBlocksPerMultiprocessor,
+          static_cast<int64_t>(dara::cuda::accumulate_shared_bytes(K, dara::max_column_count(K)))};
 }
 
 std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>> launches() {
@@ -86,7 +93,11 @@ at::Tensor faulty_kernel(const std::string& name) {
 TORCH_LIBRARY(dara_emulated, m) {
   m.def(dara::kFusedAdvantageSchema);
   m.def(dara::kAccumulateSchema);
-  m.def("configure(int multiprocessors, int seed, int max_shared_optin) -> ()", &configure);
+  m.def("configure(int multiprocessors, int seed) -> ()", &configure);
+  m.def(
+      "launch_limits() -> (int accumulate_blocks_per_multiprocessor, int apply_blocks_per_multiprocessor, "
+      "int most_accumulate_shared_bytes)",
+      &launch_limits);
   m.def("launches() -> (str[] kernels, int[] grids, int[] blocks, int[] shared_bytes)", &launches);
   m.def("faulty_kernel(str name) -> Tensor", &faulty_kernel);
 }

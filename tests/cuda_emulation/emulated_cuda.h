@@ -1,9 +1,8 @@
 // Force-included (g++ -include) ahead of every csrc/cuda file the tests'
 // CPU emulation compiles: what nvcc gives device code beyond the real CUDA
 // headers (the built-in indices, barriers, warp shuffles, atomics, shared
-// memory, the kernel launch) and the C++ API's cudaFuncSetAttribute template,
-// which cuda_runtime.h declares for nvcc only. The runtime behind it is
-// emulated_runtime.cpp. Test-only: nothing here ships.
+// memory, the kernel launch). The runtime behind it is emulated_runtime.cpp.
+// Test-only: nothing here ships.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -15,6 +14,8 @@
 #include <type_traits>
 
 #define DARA_CUDA_EMULATION 1
+// nvcc's register bound: the emulated threads have no registers to bound.
+#define __launch_bounds__(...)
 #define DARA_DYNAMIC_SHARED(type, name) type* const name = ::dara_emulation::dynamic_shared<type>()
 // The static tag is the declaration's identity: one allocation per block and declaration.
 #define DARA_BLOCK_SHARED(type, name)     \
@@ -65,7 +66,7 @@ T shuffled(Shuffle kind, unsigned mask, T value, int lane_or_delta, const Site& 
 using ThreadBody = void (*)(const void* closure);
 // Runs every block of the grid (errors as the CUDA runtime reports a launch's, through cudaGetLastError;
 // a kernel that diverges or deadlocks throws KernelError).
-void run_grid(const char* kernel_name, const void* kernel, dim3 grid, dim3 block, size_t shared_bytes, ThreadBody body,
+void run_grid(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes, ThreadBody body,
               const void* closure);
 
 template <typename... Params, typename... Args>
@@ -78,7 +79,7 @@ void launch(const char* kernel_name, void (*kernel)(Params...), dim3 grid, dim3 
   };
   const Closure closure{kernel, std::tuple<Params...>(args...)};
   run_grid(
-      kernel_name, reinterpret_cast<const void*>(kernel), grid, block, shared_bytes,
+      kernel_name, grid, block, shared_bytes,
       [](const void* c) {
         const Closure& k = *static_cast<const Closure*>(c);
         std::apply(k.kernel, k.params);
@@ -128,9 +129,4 @@ inline void __threadfence() {}
 template <typename T>
 T __ldcg(const T* address) {
   return *address;
-}
-
-template <class T>
-cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
-  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(entry), attr, value);
 }

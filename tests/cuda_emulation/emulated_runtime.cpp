@@ -20,7 +20,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <numeric>
 #include <sstream>
 #include <utility>
@@ -78,7 +77,8 @@ namespace {
 
 constexpr unsigned kWarpSize = 32;
 constexpr unsigned kMaxThreadsPerBlock = 1024;
-constexpr int kDefaultMaxDynamicShared = 48 << 10;
+// The dynamic shared memory a launch may take without cudaFuncSetAttribute, which the emulation lacks.
+constexpr size_t kMaxDynamicShared = 48 << 10;
 // Blocks in flight at once, as a GPU's multiprocessors hold several each: enough for every grid of the
 // tests' small batches (13 blocks at most) to overlap in most of its blocks, few enough to bound the stacks.
 constexpr unsigned kResidentBlocks = 8;
@@ -153,7 +153,6 @@ struct Device {
   Config config = kDefaultConfig;
   uint64_t random = 0;
   std::vector<LaunchRecord> launches;
-  std::map<const void*, int> max_dynamic_shared;
   cudaError_t last_error = cudaSuccess;
   std::deque<Stack> stacks;  // its elements stay put as it grows
   Grid* grid = nullptr;
@@ -465,15 +464,13 @@ void wait_at_warp_op(WarpOpKind kind, unsigned mask, uint64_t value, int lane_or
   suspend(false);
 }
 
-cudaError_t launch_error(dim3 grid, dim3 block, size_t shared_bytes, const void* kernel) {
+cudaError_t launch_error(dim3 grid, dim3 block, size_t shared_bytes) {
   const uint64_t threads = static_cast<uint64_t>(block.x) * block.y * block.z;
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 || grid.x > 0x7fffffffu ||
       threads == 0 || threads > kMaxThreadsPerBlock || block.z > 64) {
     return cudaErrorInvalidConfiguration;
   }
-  const auto set = device.max_dynamic_shared.find(kernel);
-  const int allowed = set == device.max_dynamic_shared.end() ? kDefaultMaxDynamicShared : set->second;
-  return shared_bytes > static_cast<size_t>(allowed) ? cudaErrorInvalidValue : cudaSuccess;
+  return shared_bytes > kMaxDynamicShared ? cudaErrorInvalidValue : cudaSuccess;
 }
 
 }  // namespace
@@ -514,11 +511,11 @@ void* block_shared_memory(const void* declaration, size_t bytes) {
   return memory;
 }
 
-void run_grid(const char* kernel_name, const void* kernel, dim3 grid, dim3 block, size_t shared_bytes, ThreadBody body,
+void run_grid(const char* kernel_name, dim3 grid, dim3 block, size_t shared_bytes, ThreadBody body,
               const void* closure) {
   if (device.grid) throw KernelError("emulated CUDA: a kernel launched from device code");
   device.launches.push_back(LaunchRecord{kernel_name, grid, block, shared_bytes});
-  device.last_error = launch_error(grid, block, shared_bytes, kernel);
+  device.last_error = launch_error(grid, block, shared_bytes);
   if (device.last_error != cudaSuccess) return;
   Grid g;
   g.kernel = kernel_name;
@@ -566,19 +563,9 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device_i
     case cudaDevAttrMultiProcessorCount:
       *value = device.config.multiprocessors;
       return cudaSuccess;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
-      *value = device.config.max_shared_optin;
-      return cudaSuccess;
     default:
       return cudaErrorNotSupported;
   }
-}
-
-cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
-  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaErrorNotSupported;
-  if (value < 0 || value > device.config.max_shared_optin) return cudaErrorInvalidValue;
-  device.max_dynamic_shared[func] = value;
-  return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void* pointer, int value, size_t count, cudaStream_t) {

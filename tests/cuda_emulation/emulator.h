@@ -11,13 +11,12 @@
 namespace dara_emulation {
 
 struct Config {
-  int multiprocessors;   // cudaDevAttrMultiProcessorCount
-  uint64_t seed;         // the block, warp and lane orders
-  int max_shared_optin;  // cudaDevAttrMaxSharedMemoryPerBlockOptin: cudaFuncSetAttribute's limit
+  int multiprocessors;  // cudaDevAttrMultiProcessorCount
+  uint64_t seed;        // the block, warp and lane orders
 };
 
-// An H100's 132 multiprocessors, the opt-in limit of sm_80 (the smaller of the build's two targets).
-constexpr Config kDefaultConfig{132, 0, 166912};
+// An H100's 132 multiprocessors.
+constexpr Config kDefaultConfig{132, 0};
 
 struct LaunchRecord {
   std::string kernel;

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from dara_kernels import _ops, backends
+from dara_kernels import _ops, backends, wire
 from dara_kernels.check.cases import make_case
 from dara_kernels.check.compare import compare
 from dara_kernels.check.runner import BackendResult, check_calls, compare_backends, sweep_settings
@@ -31,11 +31,11 @@ from dara_kernels.check.sweeps import Call
 from dara_kernels.check.table_sweeps import k_range_calls
 from dara_kernels.output import AdvantageOutput
 from dara_kernels.wire import OUTPUT_FIELDS
+from scripts import cuda_resources
 
 NAME = "cuda_emulated"
-# An H100's multiprocessors; sm_80's opt-in shared memory a block (the smaller of the build's two targets).
+# An H100's multiprocessors.
 MULTIPROCESSORS = 132
-SHARED_OPTIN = 166912
 ROW_INPUTS = ("group_index", "response_mask", "response_lengths")
 # Seconds a rank waits in a collective for the other before it gives up.
 COLLECTIVE_TIMEOUT_S = 120
@@ -51,8 +51,8 @@ def emulated_backend() -> backends.Backend:
                             cuda.tolerances, kernel_checks_infinite=cuda.kernel_checks_infinite, auto=False)
 
 
-def configure(multiprocessors: int = MULTIPROCESSORS, seed: int = 0, shared_optin: int = SHARED_OPTIN) -> None:
-    torch.ops.dara_emulated.configure(multiprocessors, seed, shared_optin)
+def configure(multiprocessors: int = MULTIPROCESSORS, seed: int = 0) -> None:
+    torch.ops.dara_emulated.configure(multiprocessors, seed)
 
 
 def failures_of(result: BackendResult) -> list[str]:
@@ -156,12 +156,14 @@ def distributed(library: str) -> list[str]:
     return failures_of(result)
 
 
-# (label, multiprocessors, layout, the grid launch_accumulate and launch_apply take): grid_blocks is
-# min(ceil(max_groups / 8), 4 multiprocessors), max_groups N for a group_index.
+# (label, multiprocessors, layout). Each launch's grid is launch.h's grid_blocks at the kernel's own resident
+# blocks per SM: min(ceil(max_groups / 8), multiprocessors x blocks per SM), max_groups N for a group_index.
+# On two multiprocessors the 40 groups of 10 rows take 2 accumulate blocks (1 an SM) and 4 apply blocks (2 an SM),
+# so either kernel launched on the other's grid fails the scenario.
 GRIDS = [
-    ("one block", 1, {"rows": 64, "group_size": 8}, 1),
-    ("four blocks, each warp several groups", 1, {"rows": 400, "group_size": 10}, 4),
-    ("more blocks than groups", 64, {"rows": 97, "groups": 3}, 13),
+    ("one block", 1, {"rows": 64, "group_size": 8}),
+    ("two and four blocks, each warp several groups", 2, {"rows": 400, "group_size": 10}),
+    ("more blocks than groups", 64, {"rows": 97, "groups": 3}),
 ]
 GRID_METHODS = ("dara", "grpo", "saw", "gd2po_hard", "rvpo")
 GRID_SEEDS = (1, 2, 3)
@@ -180,12 +182,24 @@ def grid_call(layout: dict, method: str) -> Call:
     return Call(f"{n} rows", rewards, {**inputs, "response_mask": mask}, {"method": method})
 
 
+def expected_grid(layout: dict, multiprocessors: int, blocks_per_multiprocessor: int) -> int:
+    max_groups = layout["rows"] // layout["group_size"] if "group_size" in layout else layout["rows"]
+    return max(1, min(-(-max_groups // 8), multiprocessors * blocks_per_multiprocessor))
+
+
 def grids() -> list[str]:
-    """One block, four blocks with a grid-stride loop, more blocks than groups (blocks with no group): each
-    method against the reference, the launches' grids as launch_accumulate and launch_apply make them, and
-    the same bits in every block order."""
+    """One block, a grid-stride loop, more blocks than groups (blocks with no group): each method against the
+    reference, each launch's grid from its own kernel's blocks per SM, and the same bits in every block order."""
     result = BackendResult(backends.backend(NAME), "cpu")
-    for label, multiprocessors, layout, expected in GRIDS:
+    accumulate_blocks, apply_blocks, _ = torch.ops.dara_emulated.launch_limits()
+    expected = {label: [expected_grid(layout, multiprocessors, accumulate_blocks),
+                        expected_grid(layout, multiprocessors, apply_blocks)]
+                for label, multiprocessors, layout in GRIDS}
+    failures = []
+    if accumulate_blocks != apply_blocks and all(a == b for a, b in expected.values()):
+        failures.append(f"no shape of GRIDS gives accumulate and apply different grids (blocks an SM: "
+                        f"{accumulate_blocks}, {apply_blocks}): a kernel launched on the other's grid would pass")
+    for label, multiprocessors, layout in GRIDS:
         for method in GRID_METHODS:
             call = grid_call(layout, method)
             ref = call.run("reference")
@@ -195,16 +209,17 @@ def grids() -> list[str]:
                 out = call.run(NAME)
                 kernels, launched, threads, _ = torch.ops.dara_emulated.launches()
                 where = dataclasses.replace(call, label=f"{label}, seed {seed}")
-                if kernels != ["accumulate_kernel", "apply_kernel"] or launched != [expected] * 2 or \
+                if kernels != ["accumulate_kernel", "apply_kernel"] or launched != expected[label] or \
                         threads != [256, 256]:
-                    result.record(where, 0.0, "", f"launched {kernels} on grids {launched} of {threads} threads")
+                    result.record(where, 0.0, "", f"launched {kernels} on grids {launched} of {threads} threads, "
+                                  f"not on {expected[label]}")
                 result.record(where, *compare(out, ref))
                 first = first or out
                 if not all(a is b or torch.equal(a, b) for a, b in zip(out, first)):
                     result.record(where, 0.0, "", f"other bits than in seed {GRID_SEEDS[0]}'s block order")
     configure()
     print(f"grids: {len(GRIDS)} shapes x {len(GRID_METHODS)} methods x {len(GRID_SEEDS)} block orders")
-    return failures_of(result)
+    return failures + failures_of(result)
 
 
 FAULTY_SOURCE = pathlib.Path(__file__).with_name("faulty_kernels.cu")
@@ -233,7 +248,8 @@ DIVERGENT = {
 
 def faults() -> list[str]:
     """Divergence is a RuntimeError naming the kernel and the barrier, not a hang; a missing barrier reads
-    unwritten shared memory; a launch over its shared-memory limit fails as on a GPU."""
+    unwritten shared memory; a launch over its shared-memory limit fails as on a GPU, and the largest one the
+    op makes stays under it."""
     failures = []
     for kernel, expected in DIVERGENT.items():
         try:
@@ -255,24 +271,34 @@ def faults() -> list[str]:
     except RuntimeError as err:
         if str(err) != "invalid argument":
             failures.append(f"the launch over the shared-memory limit raised {err!r}")
-    failures += shared_limit()
-    print(f"faults: {len(DIVERGENT)} divergent kernels, a missing barrier, two shared-memory limits")
+    failures += largest_shared()
+    print(f"faults: {len(DIVERGENT)} divergent kernels, a missing barrier, the shared-memory limit, the largest "
+          "launch under it")
     return failures
 
 
-def shared_limit() -> list[str]:
-    """K = 16 under positive calibration takes the most shared memory (47,936 bytes): below an opt-in limit
-    of 40,000 cudaFuncSetAttribute fails, and the op says so."""
+def largest_shared() -> list[str]:
+    """K = 16 under positive calibration takes the most shared memory a block (47,936 bytes): it runs within the
+    48 KiB a launch takes with no attribute set, whatever the device's opt-in limit. The emulated device has no
+    cudaFuncSetAttribute and no opt-in limit, so host code that sets the attribute does not build here. The
+    launch takes exactly the bound launch.h's static_assert holds under 48 KiB, and the size the resource gate
+    (scripts/cuda_resources.py) counts for the any-K kernel."""
     case = make_case(3, "shuffled", backends.backend(NAME).max_rewards, shape=(97,))
     call = Call("K=16", case.rewards, case.layout, {"method": "dara", "calibration": "positive"})
-    configure(shared_optin=40000)
+    configure()
     try:
         call.run(NAME)
-        return ["K = 16 ran with 47,936 bytes of shared memory a block under an opt-in limit of 40,000"]
     except RuntimeError as err:
-        return [] if str(err) == "dara CUDA kernel: invalid argument" else [f"the opt-in limit raised {err!r}"]
-    finally:
-        configure()
+        return [f"K = 16 under positive calibration raised {err!r}"]
+    kernels, _, _, shared = torch.ops.dara_emulated.launches()
+    _, _, bound = torch.ops.dara_emulated.launch_limits()
+    launch = cuda_resources.launch_constants()
+    gated = cuda_resources.accumulate_shared_bytes(wire, launch.max_rewards, launch.warps_per_block)
+    taken = shared[kernels.index("accumulate_kernel")]
+    if not taken == bound == gated:
+        return [f"K = 16 took {taken} bytes of shared memory a block; launch.h's static_assert bounds {bound}, "
+                f"the resource gate counts {gated}"]
+    return []
 
 
 def overflow() -> list[str]:

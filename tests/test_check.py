@@ -190,3 +190,17 @@ def test_the_check_takes_its_backends_from_the_registry(monkeypatch, capsys):
     with backends.registered_for_tests(_fake_backend(name="extra")):
         status, out = _run_check(monkeypatch, capsys, argv=("--no-timing", "--backends", "extra"))
     assert status == 0 and re.search(r"^extra +cpu +4 ", out, re.MULTILINE), out
+
+
+def test_each_backend_row_is_printed_as_soon_as_the_backend_is_done(monkeypatch, capsys):
+    """scripts/gpu_check.sh cuts the check short at its cap: the rows of the backends done by then stay in its
+    log. The second backend is interrupted on its first call, after the first one's row was printed."""
+    def interrupt(out):
+        raise KeyboardInterrupt
+
+    with backends.registered_for_tests(_fake_backend(name="cut", wrong=interrupt)), pytest.raises(KeyboardInterrupt):
+        _run_check(monkeypatch, capsys, argv=("--no-timing", "--backends", "cpu", "cut"))
+    out = capsys.readouterr().out
+    assert re.search(r"^backend +on +cases ", out, re.MULTILINE), f"expected the table's header in:\n{out}"
+    assert re.search(r"^cpu +cpu +4 +\S+ +\S+ +ok ", out, re.MULTILINE), f"expected the cpu backend's row in:\n{out}"
+    assert not re.search(r"^cut ", out, re.MULTILINE), f"expected no row for the interrupted backend in:\n{out}"

@@ -1,10 +1,11 @@
 """python -m dara_kernels.check: run every backend this machine has against the float64 reference.
 
 Prints one table (backend, cases, worst error against its tolerance, time of
-one call on verl's and on the paper's batch) and exits 0 when every available
-backend matches the reference on every call; 1 on a mismatch (each listed)
-or when a backend named in --require cannot run; 2 when no compiled backend
-can run here.
+one call on verl's and on the paper's batch), each backend's row as soon as
+that backend is done, so that a check cut short (scripts/gpu_check.sh caps
+it) keeps the rows it finished. Exits 0 when every available backend matches
+the reference on every call; 1 on a mismatch (each listed) or when a backend
+named in --require cannot run; 2 when no compiled backend can run here.
 """
 from __future__ import annotations
 
@@ -23,9 +24,11 @@ from .runner import (
     BackendResult,
     backend_device,
     check_calls,
-    compare_backends,
+    compare_backend,
+    reference_outcomes,
     sweep_settings,
-    time_backends,
+    time_backend,
+    timed_calls,
 )
 
 LISTED_FAILURES = 10
@@ -44,12 +47,16 @@ def _row(result: BackendResult) -> str:
             f"{result.worst_tolerance:>11.0e}{verdict:>11}{result.sweep_seconds:>9.1f}{times}")
 
 
-def format_report(results: list[BackendResult], unavailable: dict[str, str], seconds: float) -> str:
+def report_head() -> str:
     head = f"{'backend':<8}{'on':<6}{'cases':>6}{'worst err':>12}{'tolerance':>11}{'result':>11}{'sweep s':>9}" + \
         "".join(f"{b + ' ms':>10}" for b in TIMED_BATCHES)
-    lines = [f"dara-kernels {__version__} against its float64 reference ({_machine()})", head, "-" * len(head)]
-    lines += [_row(r) for r in results]
-    lines += [f"{name:<8}unavailable: {why}" for name, why in unavailable.items()]
+    title = f"dara-kernels {__version__} against its float64 reference ({_machine()})"
+    return "\n".join([title, head, "-" * len(head)])
+
+
+def report_tail(results: list[BackendResult], unavailable: dict[str, str], seconds: float) -> str:
+    """What follows the rows of the backends that ran: those that cannot run here, then the notes and mismatches."""
+    lines = [f"{name:<8}unavailable: {why}" for name, why in unavailable.items()]
     lines.append("")
     lines.append("worst err: the largest |out - ref| / max(1, max|ref|) over the output fields and cases, for the "
                  "case closest to its tolerance (counts and flags must be equal; tolerance by backend and reward "
@@ -90,13 +97,18 @@ def main(argv=None) -> int:
             unavailable[name] = why
         else:
             results.append(BackendResult(backend(name), device))
+    print(report_head(), flush=True)
     if results:
         edges = tuple(sorted({1, *(r.backend.max_rewards for r in results)}))
         with sweep_settings():
-            compare_backends(results, check_calls(max(edges), edges))
-        if args.timing:
-            time_backends(results)
-    print(format_report(results, unavailable, time.perf_counter() - start))
+            checked = reference_outcomes(check_calls(max(edges), edges))
+        timed = timed_calls() if args.timing else {}
+        for result in results:
+            with sweep_settings():
+                compare_backend(result, checked)
+            time_backend(result, timed)
+            print(_row(result), flush=True)
+    print(report_tail(results, unavailable, time.perf_counter() - start))
     if not results:
         print("no compiled backend can run here: nothing was checked", file=sys.stderr)
         return 2

@@ -130,18 +130,29 @@ def sweep_settings():
         torch.set_num_threads(previous[3])
 
 
+def reference_outcomes(calls) -> list[tuple[Call, object]]:
+    """Each call with the reference's outcome, run once and compared with every backend (the sweep's calls are
+    small: holding them all costs little)."""
+    return [(call, _outcome(call, ORACLE, "cpu")) for call in calls]
+
+
+def compare_backend(result: BackendResult, checked: list[tuple[Call, object]]) -> None:
+    """Every call within the backend's column limit against the reference's outcome."""
+    for call, ref in checked:
+        if not result.takes(call):
+            result.skipped += 1
+            continue
+        start = time.perf_counter()
+        out = _outcome(call, result.name, result.device)
+        result.sweep_seconds += time.perf_counter() - start
+        result.record(call, *_error(out, ref))
+
+
 def compare_backends(results: list[BackendResult], calls) -> None:
     """Every call on every backend whose column limit it is within, against one reference run."""
-    for call in calls:
-        ref = _outcome(call, ORACLE, "cpu")
-        for result in results:
-            if not result.takes(call):
-                result.skipped += 1
-                continue
-            start = time.perf_counter()
-            out = _outcome(call, result.name, result.device)
-            result.sweep_seconds += time.perf_counter() - start
-            result.record(call, *_error(out, ref))
+    checked = reference_outcomes(calls)
+    for result in results:
+        compare_backend(result, checked)
 
 
 def _median_ms(fn, device: str) -> float:
@@ -158,20 +169,26 @@ def _median_ms(fn, device: str) -> float:
 TIMED_BATCHES = {"verl": verl_shaped_batch, "paper": paper_batch}
 
 
-def time_backends(results: list[BackendResult]) -> None:
-    """dara with verl's preset (token whitening, token_advantages) on each
-    batch: the first call compared with the reference (a case: the sweep's
-    batches are small), then the median of a few more."""
+def timed_calls() -> dict[str, tuple[Call, object]]:
+    """dara with verl's preset (token whitening, token_advantages) on each timed batch, with the reference's
+    outcome (a few hundred MB in all, kept so that each backend finishes before the next starts)."""
+    calls = {}
     for batch_name, make in TIMED_BATCHES.items():
         rewards, ids, mask = make()
         call = Call(f"{batch_name} batch", rewards, {"group_index": ids, "response_mask": mask},
                     {"method": "dara", "preset": "verl"})
-        ref = _outcome(call, ORACLE, "cpu")
-        for result in results:
-            on_device = Call(call.label, rewards.to(result.device),
-                             {k: v.to(result.device) for k, v in call.inputs.items()}, call.options)
-            out = _outcome(on_device, result.name, result.device)
-            result.record(call, *_error(out, ref))
-            if not isinstance(out, Exception):
-                result.timings_ms[batch_name] = _median_ms(
-                    lambda c=on_device, r=result: c.run(r.name, r.device), result.device)
+        calls[batch_name] = call, _outcome(call, ORACLE, "cpu")
+    return calls
+
+
+def time_backend(result: BackendResult, timed: dict[str, tuple[Call, object]]) -> None:
+    """Each timed call: the first compared with the reference (a case: the sweep's batches are small), then
+    the median of a few more."""
+    for batch_name, (call, ref) in timed.items():
+        on_device = Call(call.label, call.rewards.to(result.device),
+                         {k: v.to(result.device) for k, v in call.inputs.items()}, call.options)
+        out = _outcome(on_device, result.name, result.device)
+        result.record(call, *_error(out, ref))
+        if not isinstance(out, Exception):
+            result.timings_ms[batch_name] = _median_ms(lambda c=on_device: c.run(result.name, result.device),
+                                                       result.device)

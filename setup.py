@@ -17,7 +17,7 @@ from setuptools import setup
 MIN_SETUPTOOLS = 77
 # The torch releases CI builds against, oldest and newest (major, minor); pyproject.toml's
 # dependency declares the same range, and tests/test_setup_checks.py keeps the two equal.
-SUPPORTED_TORCH = ((2, 8), (2, 14))
+SUPPORTED_TORCH = ((2, 8), (2, 15))
 # sm_80 (A100), sm_90 (H100/H200) and PTX that newer GPUs compile at load time.
 DEFAULT_CUDA_ARCH_LIST = "8.0;9.0+PTX"
 

@@ -2,6 +2,7 @@
 # CI step, no GPU needed: builds dara-kernels against one torch release, in a
 # venv of its own, and runs the op suite against that build.
 #   bash scripts/check_torch_build.sh cuda torch==2.11.0 "numpy<2.4"
+#   bash scripts/check_torch_build.sh --trace-only cuda torch==2.14.0 "numpy<2.4"
 #   bash scripts/check_torch_build.sh cpu torch==2.8.0 "numpy<2.4"
 #   bash scripts/check_torch_build.sh --install-only cuda torch==2.11.0 "numpy<2.4"
 # The arguments after the mode are what pip installs besides pytest, ninja and
@@ -12,11 +13,16 @@
 #   version is nvcc's, CUDA_HOME=/usr/local/cuda unless set, sm_80, sm_90 and
 #   PTX as setup.py builds them without a visible GPU); checks that the CPU and
 #   CUDA kernels registered and that the binary carries that device code; the
-#   op suite plus the Triton-interpreter tests.
+#   op suite plus the Triton-interpreter tests and the GPU paths traced on fake
+#   CUDA tensors (tests/test_fake_cuda.py) against that CUDA build.
 # cpu: DARA_BUILD_CUDA=0 (the CPU kernels only, as a CUDA torch beside a
 #   toolkit of another CUDA version builds); the op suite.
 # --install-only creates the venv and installs its packages, nothing more (CI
 # does that in the background while the cores do the step before).
+# --trace-only runs, after the build and its registration check, only the
+# tests of the op's registration and of the GPU paths traced on fake CUDA
+# tensors (TRACE_SUITE): what a further torch release can break there, in a
+# third of the full check's time (CI's second CUDA torch).
 # The venv, ${DARA_VENV:-.venv}-MODE-TORCH (e.g. .venv-cuda-torch2.11.0), is
 # created once and reused; DARA_PRUNE_ENVS=1 removes it when the check ends
 # (a CUDA torch's venv holds 5 to 7 GB). The package is installed editable from a copy of
@@ -25,12 +31,15 @@
 # environment of scripts/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-INSTALL_ONLY=
-if [ "${1:-}" = --install-only ]; then INSTALL_ONLY=1; shift; fi
+INSTALL_ONLY= TRACE_ONLY=
+case "${1:-}" in
+  --install-only) INSTALL_ONLY=1; shift ;;
+  --trace-only) TRACE_ONLY=1; shift ;;
+esac
 MODE=${1:-}
 TORCH_SPEC=${2:-}
 case "$MODE" in cuda | cpu) ;; *)
-  echo "usage: bash scripts/check_torch_build.sh [--install-only] {cuda|cpu} TORCH_SPEC [PIP_SPEC...]" >&2
+  echo "usage: bash scripts/check_torch_build.sh [--install-only|--trace-only] {cuda|cpu} TORCH_SPEC [PIP_SPEC...]" >&2
   exit 2 ;;
 esac
 [ -n "$TORCH_SPEC" ] || { echo "check_torch_build.sh: name the torch to build against, e.g. torch==2.8.0" >&2; exit 2; }
@@ -43,6 +52,7 @@ SRC="$VENV/dara-src"
 OP_SUITE=(tests/test_torch_op.py tests/test_cpu_backend.py tests/test_validation.py
   tests/test_presets.py tests/test_reference.py tests/test_backend_choice.py tests/test_wire.py
   tests/test_distributed.py tests/test_setup_checks.py)
+TRACE_SUITE=(tests/test_torch_op.py tests/test_fake_cuda.py)
 total_start=$(date +%s)
 if [ -n "${DARA_PRUNE_ENVS:-}" ] && [ -z "$INSTALL_ONLY" ]; then
   trap 'echo "[dara $MODE-build $TORCH_SPEC] removing $VENV (DARA_PRUNE_ENVS)" >&2; rm -rf "$VENV"' EXIT
@@ -101,12 +111,15 @@ import subprocess
 import torch
 
 import dara_kernels
+from dara_kernels import _ops
 
 assert dara_kernels.extension_available(), "dara_kernels._C did not load"
 keys = ("CPU", "CUDA") if os.environ["DARA_CHECK_MODE"] == "cuda" else ("CPU",)
 for op in ("dara::fused_advantage", "dara::accumulate"):
     for key in keys:
         assert torch._C._dispatch_has_kernel_for_dispatch_key(op, key), f"{op} has no {key} kernel"
+# The flag backend choice reads (_C.built_with_cuda) says what the dispatcher has.
+assert _ops.CUDA_KERNELS_COMPILED == ("CUDA" in keys), f"CUDA_KERNELS_COMPILED is {_ops.CUDA_KERNELS_COMPILED}"
 print(f"torch {torch.__version__}: {' and '.join(keys)} kernels registered")
 if "CUDA" in keys:
     import triton
@@ -124,7 +137,8 @@ PY
 
 run_tests() {
   local tests=("${OP_SUITE[@]}")
-  [ "$MODE" = cuda ] && tests+=(tests/test_triton_backend.py tests/test_triton_compiles.py)
+  [ "$MODE" = cuda ] && tests+=(tests/test_triton_backend.py tests/test_triton_compiles.py tests/test_fake_cuda.py)
+  [ -n "$TRACE_ONLY" ] && tests=("${TRACE_SUITE[@]}")
   (cd "$SRC" && "$PY" -m pytest -q -p no:cacheprovider "${tests[@]}")
 }
 
@@ -136,5 +150,5 @@ fi
 timed "copy the checkout to $SRC" copy_checkout
 timed "build (MAX_JOBS=${MAX_JOBS:-2})" build
 timed "check the kernel registration" check_registration
-timed "op suite" run_tests
+timed "${TRACE_ONLY:+trace }op suite" run_tests
 log "total: $(( $(date +%s) - total_start ))s"

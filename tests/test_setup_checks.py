@@ -16,13 +16,13 @@ def test_old_setuptools_stops_with_the_upgrade_to_run():
     SETUP["check_setuptools"]("77.0.3")
 
 
-@pytest.mark.parametrize("version", ["2.7.1", "2.15.0", "3.0.0"])
+@pytest.mark.parametrize("version", ["2.7.1", "2.16.0", "3.0.0"])
 def test_torch_outside_the_supported_range_stops(version):
-    with pytest.raises(SystemExit, match=rf"supports torch 2\.8 to 2\.14 .* torch {version}\."):
+    with pytest.raises(SystemExit, match=rf"supports torch 2\.8 to 2\.15 .* torch {version}\."):
         SETUP["check_torch"](version)
 
 
-@pytest.mark.parametrize("version", ["2.8.0+cu128", "2.11.0+cu130", "2.13.0+cpu", "2.14.1"])
+@pytest.mark.parametrize("version", ["2.8.0+cu128", "2.11.0+cu130", "2.13.0+cpu", "2.14.0+cu130", "2.15.0"])
 def test_supported_torch_builds(version):
     SETUP["check_torch"](version)
 

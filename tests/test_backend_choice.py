@@ -70,3 +70,13 @@ def test_tests_run_cuda_only_backends_on_a_visible_gpu(monkeypatch):
         {"triton": "cuda", "cuda": "cuda", "cpu": "cpu", "reference": "cpu"}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert device_for("triton") == "cpu"
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA torch may have built the CUDA kernels")
+def test_without_cuda_kernels_the_cuda_backend_says_so():
+    """A CPU torch builds no CUDA kernels: _C says so (scripts/check_torch_build.sh checks the flag against the
+    dispatcher in both builds), and backend="cuda" names it on a CUDA device."""
+    from dara_kernels import _ops
+
+    assert _ops.CUDA_KERNELS_COMPILED is False
+    assert "built without CUDA" in dk.unavailable_reason("cuda", torch.device("cuda"))
